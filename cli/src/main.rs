@@ -1,0 +1,38 @@
+//! `lifeboatctl`: the Lifeboat command line.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod convert;
+mod interpret;
+
+#[derive(Parser)]
+#[command(name = "lifeboatctl", version, about = "Lifeboat command line")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Convert legacy AppWrappers (mcad.ibm.com/v1beta1, workload.codeflare.dev/v1beta1) to v1beta2.
+    Convert(convert::ConvertArgs),
+    /// Run Lua resource interpreters offline: one operation on files, or a conformance directory.
+    Interpret(interpret::InterpretArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Convert(args) => convert::run(args),
+        Command::Interpret(args) => interpret::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

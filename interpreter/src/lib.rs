@@ -1,0 +1,1 @@
+//! Sandboxed, Karmada-compatible Lua resource interpreter.

@@ -1,0 +1,1 @@
+//! Lifeboat member agent.
