@@ -108,19 +108,19 @@ minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
 build() {
-  # $1 dir, $2 ldflags, rest = packages
-  local dir="$1" ldflags="$2"; shift 2
+  # $1 dir, $2 ldflags, $3 output (a file, or the bin dir with a trailing /), rest = packages
+  local dir="$1" ldflags="$2" out="$3"; shift 3
   step "$dir: go build $* (long on a cold cache)"
   (cd "$here/$dir" && go mod download) ||
     fail "$dir: module download" "check the Go module proxy ($(go env GOPROXY)); GOMODCACHE=$(go env GOMODCACHE)"
-  (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin_dir/" "$@") ||
+  (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$out" "$@") ||
     fail "$dir: go build" "see the compiler output above; Go $go_have must satisfy the module's go directive"
 }
 
-build etcd "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" go.etcd.io/etcd/server/v3
-mv -f "$bin_dir/v3" "$bin_dir/etcd" 2>/dev/null || true
-build kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" sigs.k8s.io/kwok/cmd/kwok
-build kubernetes "$k8s_ldflags" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+# etcd's main package is server/v3, which go build would name "server".
+build etcd "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" "$bin_dir/etcd" go.etcd.io/etcd/server/v3
+build kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" "$bin_dir/kwok" sigs.k8s.io/kwok/cmd/kwok
+build kubernetes "$k8s_ldflags" "$bin_dir/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 
 for b in "${binaries[@]}"; do
   [[ -x "$bin_dir/$b" ]] || fail "check $b" "the build produced no $bin_dir/$b"
