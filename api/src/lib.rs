@@ -1,1 +1,3 @@
 //! Lifeboat API types.
+
+pub mod appwrapper;

@@ -1,0 +1,11 @@
+//! `workload.codeflare.dev/v1beta2` AppWrapper: types, constants, CRD generation and the pure
+//! decision helpers (podSet paths and inference, validation, pod-template injection, Autopilot).
+
+pub mod constants;
+pub mod crd;
+mod types;
+
+pub use types::{
+    AppWrapper, AppWrapperComponent, AppWrapperComponentStatus, AppWrapperPhase, AppWrapperPodSet,
+    AppWrapperPodSetInfo, AppWrapperSpec, AppWrapperStatus, AppWrapperTransition, MAX_TRANSITIONS,
+};
