@@ -1,3 +1,4 @@
 //! Lifeboat API types.
 
 pub mod appwrapper;
+pub mod quantity;
