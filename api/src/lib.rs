@@ -1,4 +1,5 @@
 //! Lifeboat API types.
 
 pub mod appwrapper;
+pub mod legacy;
 pub mod quantity;
