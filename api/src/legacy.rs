@@ -1223,6 +1223,19 @@ mod tests {
     }
 
     #[test]
+    fn v1beta2_documents_pass_through_validated() {
+        let v1beta2 = json!({"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+            "metadata": {"name": "aw"}, "spec": {"components": [{"template": pod("p")}]}});
+        let out = convert(&v1beta2).unwrap();
+        assert_eq!(serde_json::to_value(&out.appwrapper).unwrap(), v1beta2);
+        assert!(warned(&out, "apiVersion"));
+        let mut invalid = v1beta2;
+        invalid["spec"]["components"][0]["template"]["metadata"]["namespace"] = json!("x");
+        invalid["metadata"]["namespace"] = json!("y");
+        assert!(convert(&invalid).is_err());
+    }
+
+    #[test]
     fn multi_document_parsing_skips_empty_documents() {
         let docs = parse_documents("a: 1\n---\n---\nb: 2\n").unwrap();
         assert_eq!(docs, vec![json!({"a": 1}), json!({"b": 2})]);

@@ -22,7 +22,7 @@ const NANO: i128 = 1_000_000_000;
 
 impl Quantity {
     /// Parses `<sign?><digits>[.<digits>]<suffix>` with binary (Ki..Ei), decimal (n, u, m, "",
-    /// k, M, G, T, P, E) or exponent (e/E<int>) suffixes.
+    /// k, M, G, T, P, E) or exponent (`e<int>`, `E<int>`) suffixes.
     pub fn parse(text: &str) -> Result<Self, QuantityError> {
         let fail = |reason| QuantityError {
             text: text.to_string(),

@@ -396,3 +396,49 @@ fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
     );
     schema
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use serde_json::json;
+
+    #[test]
+    fn transitions_keep_the_last_twenty() {
+        let mut status = AppWrapperStatus::default();
+        for i in 0..25 {
+            let time = Time(Timestamp::from_second(i).unwrap());
+            status.record_transition(time, AppWrapperPhase::Running, format!("R{i}"), None);
+        }
+        assert_eq!(status.transitions.len(), MAX_TRANSITIONS);
+        assert_eq!(status.transitions[0].reason, "R5");
+        assert_eq!(status.transitions[19].reason, "R24");
+    }
+
+    #[test]
+    fn phases_serialise_to_their_wire_names() {
+        for phase in AppWrapperPhase::ALL {
+            assert_eq!(serde_json::to_value(phase).unwrap(), json!(phase.as_str()));
+            assert_eq!(phase.to_string(), phase.as_str());
+        }
+        // the Empty phase and a zero retry count are omitted, as upstream's omitempty
+        let status = AppWrapperStatus::default();
+        assert_eq!(serde_json::to_value(&status).unwrap(), json!({}));
+        let status: AppWrapperStatus =
+            serde_json::from_value(json!({"phase": "", "resettingCount": 3})).unwrap();
+        assert_eq!(status.phase, AppWrapperPhase::Empty);
+        assert_eq!(status.retries, 3);
+        assert!(serde_json::from_value::<AppWrapperStatus>(json!({"phase": "Bogus"})).is_err());
+    }
+
+    #[test]
+    fn nulls_read_as_absent() {
+        let spec: AppWrapperSpec = serde_json::from_value(json!({
+            "components": [{"template": {"apiVersion": "v1", "kind": "Pod"},
+                "podSets": null, "annotations": null}],
+            "suspend": null}))
+        .unwrap();
+        assert!(spec.components[0].declared_pod_sets.is_empty());
+        assert!(!spec.suspend);
+    }
+}
