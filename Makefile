@@ -17,7 +17,7 @@ help:
 
 .PHONY: k8s-bins
 k8s-bins:
-	@bash e2e/k8s/build.sh >/dev/null
+	@bash e2e/k8s/build.sh
 
 .PHONY: demo
 demo: k8s-bins
