@@ -126,14 +126,30 @@ pub fn namespace_for(test: &str, index: usize) -> String {
 
 /// Runs a suite of tests on one shared fleet. `configure` adjusts the fleet before it starts.
 pub fn run(suite: &str, configure: impl FnOnce(&mut FleetConfig), tests: Vec<E2eTest>) -> ExitCode {
-    let args = libtest_mimic::Arguments::from_args();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "warn,kube_client=off,lifeboat_e2e=info".into()),
-        )
-        .with_test_writer()
-        .try_init();
+    let mut args = libtest_mimic::Arguments::from_args();
+    // e2e tests mostly wait on the cluster: run more of them at once than there are cores.
+    if args.test_threads.is_none() {
+        args.test_threads = Some(8);
+    }
+    // Logs of the fleet and of whatever the tests run in-process go to a file beside the
+    // fleet's state dir, so test output stays readable; its path is printed on failure.
+    let log_path = crate::fleet::workspace_root()
+        .join("target")
+        .join("e2e-fleets")
+        .join(format!("{suite}.log"));
+    if let Some(dir) = log_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    if let Ok(file) = std::fs::File::create(&log_path) {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| "info,kube_client=warn,kube_runtime=warn".into()),
+            )
+            .with_ansi(false)
+            .with_writer(Mutex::new(file))
+            .try_init();
+    }
     let selected = tests
         .iter()
         .filter(|t| {
@@ -208,6 +224,7 @@ pub fn run(suite: &str, configure: impl FnOnce(&mut FleetConfig), tests: Vec<E2e
     let conclusion = libtest_mimic::run(&args, trials);
     if conclusion.has_failed() {
         fleet.keep_state_dir(true);
+        eprintln!("logs of the test process: {}", log_path.display());
     }
     fleet.teardown();
     conclusion.exit_code()

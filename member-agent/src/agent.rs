@@ -1,0 +1,122 @@
+//! Running the agent: client, CRD, metrics endpoint, controller.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+
+use crate::config::OperatorConfig;
+use crate::controller::{self, ControllerOptions};
+use crate::install;
+use crate::metrics::Metrics;
+
+/// How to run the agent.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Kubeconfig of the member cluster (`None`: in-cluster or the default kubeconfig).
+    pub kubeconfig: Option<PathBuf>,
+    pub config: OperatorConfig,
+    /// Name of this cluster, for logs and spans.
+    pub cluster: String,
+    /// Where to serve `/metrics` and `/healthz` (`None`: not served).
+    pub metrics_bind: Option<SocketAddr>,
+    pub concurrency: u16,
+    /// Install or update the AppWrapper CRD at start.
+    pub install_crd: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("kubeconfig {path}: {reason}")]
+    Kubeconfig { path: String, reason: String },
+    #[error("building a Kubernetes client: {0}")]
+    Client(#[source] kube::Error),
+    #[error(transparent)]
+    Install(#[from] install::InstallError),
+    #[error("metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("serving metrics on {addr}: {source}")]
+    Serve {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A client for the member cluster.
+pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, AgentError> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kc =
+                kube::config::Kubeconfig::read_from(path).map_err(|e| AgentError::Kubeconfig {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(|e| AgentError::Kubeconfig {
+                    path: path.display().to_string(),
+                    reason: e.to_string(),
+                })?
+        }
+        None => kube::Config::infer()
+            .await
+            .map_err(|e| AgentError::Kubeconfig {
+                path: "(inferred)".into(),
+                reason: e.to_string(),
+            })?,
+    };
+    kube::Client::try_from(config).map_err(AgentError::Client)
+}
+
+/// Runs the agent until `shutdown` resolves. `registry` collects its metrics (and the caller's).
+pub async fn run(
+    options: AgentOptions,
+    registry: Registry,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), AgentError> {
+    let client = client(options.kubeconfig.as_ref()).await?;
+    if options.install_crd {
+        install::ensure_crd(&client).await?;
+    }
+    let metrics = Metrics::new(&registry)?;
+    if let Some(addr) = options.metrics_bind {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|source| AgentError::Serve { addr, source })?;
+        let registry = Arc::new(registry.clone());
+        let app = axum::Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route(
+                "/metrics",
+                get(move || {
+                    let registry = registry.clone();
+                    async move {
+                        let mut out = Vec::new();
+                        let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
+                        String::from_utf8(out).unwrap_or_default()
+                    }
+                }),
+            );
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "metrics server stopped");
+            }
+        });
+        tracing::info!(%addr, "serving /metrics and /healthz");
+    }
+    controller::run(
+        client,
+        Arc::new(options.config.appwrapper),
+        metrics,
+        ControllerOptions {
+            cluster: options.cluster,
+            concurrency: options.concurrency,
+        },
+        shutdown,
+    )
+    .await;
+    Ok(())
+}
