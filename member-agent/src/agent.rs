@@ -120,3 +120,43 @@ pub async fn run(
     .await;
     Ok(())
 }
+
+/// An agent running as a task of this process (tests, benchmarks, an embedding binary).
+pub struct SpawnedAgent {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), AgentError>>,
+}
+
+impl SpawnedAgent {
+    /// Stops the agent and waits until it has finished.
+    pub async fn stop(mut self) -> Result<(), AgentError> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        match (&mut self.task).await {
+            Ok(result) => result,
+            Err(e) => {
+                tracing::error!(error = %e, "agent task panicked or was cancelled");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Starts the agent on the current tokio runtime. The CRD is installed (if asked) before this
+/// returns, so AppWrappers can be created at once.
+pub async fn spawn(options: AgentOptions, registry: Registry) -> Result<SpawnedAgent, AgentError> {
+    let mut options = options;
+    if options.install_crd {
+        install::ensure_crd(&client(options.kubeconfig.as_ref()).await?).await?;
+        options.install_crd = false;
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(run(options, registry, async move {
+        let _ = stopped.await;
+    }));
+    Ok(SpawnedAgent {
+        stop: Some(stop),
+        task,
+    })
+}

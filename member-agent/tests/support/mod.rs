@@ -16,14 +16,12 @@ use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::{Fleet, wait};
 use serde_json::{Value, json};
-use tokio::sync::oneshot;
 
 pub const T: Duration = Duration::from_secs(90);
 
 /// An agent running in this process for one member cluster.
 pub struct AgentHandle {
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
+    agent: agent::SpawnedAgent,
     pub metrics: SocketAddr,
 }
 
@@ -58,25 +56,8 @@ async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
         concurrency: 16,
         install_crd: true,
     };
-    // The CRD is installed before the agent starts watching; do it here so tests can create
-    // AppWrappers as soon as this returns.
-    let client = fleet.client(cluster).await?;
-    lifeboat_agent::install::ensure_crd(&client).await?;
-    let (stop, stopped) = oneshot::channel::<()>();
-    let cluster_name = cluster.to_string();
-    let task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-        };
-        if let Err(e) = agent::run(options, prometheus::Registry::new(), shutdown).await {
-            eprintln!("agent for {cluster_name} stopped: {e}");
-        }
-    });
-    Ok(AgentHandle {
-        stop: Some(stop),
-        task,
-        metrics,
-    })
+    let agent = agent::spawn(options, prometheus::Registry::new()).await?;
+    Ok(AgentHandle { agent, metrics })
 }
 
 /// Makes sure the in-process agent of `cluster` runs; returns its metrics address.
@@ -96,11 +77,8 @@ pub async fn agent(ctx: &TestContext, cluster: &str) -> Result<SocketAddr, TestE
 pub async fn restart_agent(ctx: &TestContext, cluster: &str) -> Result<(), TestError> {
     let slot = slot(cluster);
     let mut guard = slot.lock().await;
-    if let Some(mut old) = guard.take() {
-        if let Some(stop) = old.stop.take() {
-            let _ = stop.send(());
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(30), &mut old.task).await;
+    if let Some(old) = guard.take() {
+        old.agent.stop().await?;
     }
     *guard = Some(start(&ctx.fleet, cluster).await?);
     Ok(())
