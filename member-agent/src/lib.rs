@@ -6,6 +6,7 @@
 pub mod class;
 pub mod config;
 pub mod duration;
+pub mod install;
 pub mod machine;
 pub mod node_health;
 pub mod params;
