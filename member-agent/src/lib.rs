@@ -11,3 +11,4 @@ pub mod machine;
 pub mod node_health;
 pub mod params;
 pub mod pods;
+pub mod webhook;
