@@ -102,7 +102,9 @@ async fn ensure_namespace(ctx: &TestContext, name: &str) -> TestResult {
 async fn install_podgroup_crd(ctx: &TestContext) -> TestResult {
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client(CLUSTER).await?);
     let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "podgroups.scheduling.sigs.k8s.io"},
+        // Groups under k8s.io need the API-approval annotation (upstream's CRD carries a link).
+        "metadata": {"name": "podgroups.scheduling.sigs.k8s.io",
+            "annotations": {"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/scheduler-plugins/pull/50"}},
         "spec": {"group": "scheduling.sigs.k8s.io", "scope": "Namespaced",
             "names": {"kind": "PodGroup", "plural": "podgroups", "singular": "podgroup"},
             "versions": [{"name": "v1alpha1", "served": true, "storage": true,
@@ -147,6 +149,7 @@ async fn convert_apply_run(ctx: Arc<TestContext>) -> TestResult {
             metrics_bind: None,
             concurrency: 8,
             install_crd: true,
+            webhook: None,
         },
         prometheus::Registry::new(),
     )

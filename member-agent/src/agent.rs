@@ -11,6 +11,7 @@ use crate::config::OperatorConfig;
 use crate::controller::{self, ControllerOptions};
 use crate::install;
 use crate::metrics::Metrics;
+use crate::webhook;
 
 /// How to run the agent.
 #[derive(Debug, Clone)]
@@ -25,6 +26,8 @@ pub struct AgentOptions {
     pub concurrency: u16,
     /// Install or update the AppWrapper CRD at start.
     pub install_crd: bool,
+    /// Serve and register the admission webhook (`None`: no webhook).
+    pub webhook: Option<webhook::WebhookConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +40,10 @@ pub enum AgentError {
     Install(#[from] install::InstallError),
     #[error("metrics: {0}")]
     Metrics(#[from] prometheus::Error),
+    #[error("admission webhook: {0}")]
+    Webhook(#[from] webhook::WebhookError),
+    #[error("registering the admission webhook: {0}")]
+    Register(#[from] webhook::RegisterError),
     #[error("serving metrics on {addr}: {source}")]
     Serve {
         addr: SocketAddr,
@@ -82,6 +89,25 @@ pub async fn run(
         install::ensure_crd(&client).await?;
     }
     let metrics = Metrics::new(&registry)?;
+    let app_config = Arc::new(options.config.appwrapper.clone());
+    // Shutdown reaches both the controller and the webhook server.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    if let Some(config) = options.webhook.clone() {
+        let hook = webhook::Webhook::bind(config, &registry).await?;
+        let endpoint = hook.endpoint();
+        tracing::info!(addr = %hook.local_addr(), "serving the admission webhook");
+        let serve = hook.serve(client.clone(), app_config.clone(), stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "admission webhook stopped");
+            }
+        });
+        webhook::register(&client, &endpoint).await?;
+        tracing::info!("admission webhook registered and live");
+    }
     if let Some(addr) = options.metrics_bind {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -107,15 +133,19 @@ pub async fn run(
         });
         tracing::info!(%addr, "serving /metrics and /healthz");
     }
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
     controller::run(
         client,
-        Arc::new(options.config.appwrapper),
+        app_config,
         metrics,
         ControllerOptions {
             cluster: options.cluster,
             concurrency: options.concurrency,
         },
-        shutdown,
+        stopped(stop_rx),
     )
     .await;
     Ok(())

@@ -15,3 +15,4 @@ pub mod metrics;
 pub mod node_health;
 pub mod params;
 pub mod pods;
+pub mod webhook;

@@ -34,6 +34,8 @@ struct Args {
     /// Do not install or update the AppWrapper CRD at start.
     #[arg(long)]
     no_install_crd: bool,
+    #[command(flatten)]
+    webhook: lifeboat_agent::webhook::WebhookArgs,
 }
 
 #[tokio::main]
@@ -60,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
         metrics_bind: Some(args.metrics_bind),
         concurrency: args.concurrency,
         install_crd: !args.no_install_crd,
+        webhook: args.webhook.config()?,
     };
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

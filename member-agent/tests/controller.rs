@@ -968,6 +968,9 @@ async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
+    let webhook_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
     let log = ctx.fleet.state_dir().join("lifeboat-agent-member-3.log");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lifeboat-agent"))
         .arg("--kubeconfig")
@@ -976,6 +979,10 @@ async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
         .arg(M3)
         .arg("--metrics-bind")
         .arg(format!("127.0.0.1:{metrics_port}"))
+        .arg("--webhook-url-host")
+        .arg("127.0.0.1")
+        .arg("--webhook-bind")
+        .arg(format!("127.0.0.1:{webhook_port}"))
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::create(log.with_extension("err"))?)
         .spawn()?;
@@ -1002,6 +1009,24 @@ async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
         })
         .await?;
         until_phase(&api, "standalone", Phase::Succeeded).await?;
+        // The binary registered its admission webhook: a nested AppWrapper is refused.
+        let nested = appwrapper(
+            "nested",
+            &[],
+            vec![serde_json::to_value(appwrapper(
+                "inner",
+                &[],
+                vec![job("inner", "sleep 1", 1, 0)],
+            )?)?],
+        )?;
+        let err = api
+            .create(&PostParams::default(), &nested)
+            .await
+            .expect_err("nested AppWrappers are forbidden");
+        assert!(
+            err.to_string().contains("spec.components[0].template"),
+            "{err}"
+        );
         let body = http_get(([127, 0, 0, 1], metrics_port).into(), "/metrics").await?;
         assert!(
             body.contains("appwrapper_phase_total"),

@@ -55,6 +55,7 @@ async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
         metrics_bind: Some(metrics),
         concurrency: 16,
         install_crd: true,
+        webhook: None,
     };
     let agent = agent::spawn(options, prometheus::Registry::new()).await?;
     Ok(AgentHandle { agent, metrics })

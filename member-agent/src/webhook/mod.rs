@@ -1,0 +1,456 @@
+//! The AppWrapper admission webhook (reference §4): defaulting on create (queue and trusted user
+//! labels) and validation on create (structure, namespaces, nesting, podSets, and one
+//! SubjectAccessReview per wrapped kind) and update (deep immutability). Every rejection names
+//! each field and the reason.
+//!
+//! Decisions are pure ([`admission`]); IO is the HTTPS server ([`server`]), the apiserver calls
+//! for the RBAC check ([`access`]) and the registration ([`registration`]).
+//!
+//! ```no_run
+//! # async fn example(client: kube::Client, app_config: std::sync::Arc<lifeboat_agent::config::AppWrapperConfig>) -> Result<(), Box<dyn std::error::Error>> {
+//! use lifeboat_agent::webhook::{self, ClientConfigTarget, CertificateSource, Webhook, WebhookConfig};
+//! let registry = prometheus::Registry::new();
+//! let config = WebhookConfig {
+//!     bind: "127.0.0.1:0".parse()?,
+//!     target: ClientConfigTarget::Url { host: "127.0.0.1".into(), port: None },
+//!     certificate: CertificateSource::Generate,
+//! };
+//! let webhook = Webhook::bind(config, &registry).await?;
+//! let endpoint = webhook.endpoint();
+//! tokio::spawn(webhook.serve(client.clone(), app_config, std::future::pending()));
+//! webhook::register(&client, &endpoint).await?; // returns once the apiserver calls us
+//! # Ok(()) }
+//! ```
+
+pub mod access;
+pub mod admission;
+pub mod args;
+pub mod registration;
+pub mod server;
+pub mod tls;
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus::Registry;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::AppWrapperConfig;
+
+pub use access::{Authorizer, KubeAuthorizer};
+pub use args::WebhookArgs;
+pub use registration::{
+    MUTATING_CONFIGURATION, MUTATING_WEBHOOK, RegisterError, VALIDATING_CONFIGURATION,
+    VALIDATING_WEBHOOK, register, unregister,
+};
+pub use server::{AdmissionMetrics, HEALTHZ_PATH, MUTATE_PATH, VALIDATE_PATH};
+pub use tls::{ServingCertificate, TlsError};
+
+/// How the apiserver reaches the webhook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClientConfigTarget {
+    /// `https://{host}:{port}/...`: the agent runs outside the cluster (as in the local fleet).
+    /// `port: None` means the port the server is bound to.
+    Url { host: String, port: Option<u16> },
+    /// A Service in front of the agent's pods (in-cluster deployment).
+    Service {
+        namespace: String,
+        name: String,
+        port: u16,
+    },
+}
+
+impl ClientConfigTarget {
+    /// The names a generated serving certificate must carry for this target.
+    pub fn certificate_names(&self) -> Vec<String> {
+        match self {
+            ClientConfigTarget::Url { host, .. } => vec![host.clone()],
+            ClientConfigTarget::Service {
+                namespace, name, ..
+            } => vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+                format!("{name}.{namespace}"),
+                name.clone(),
+            ],
+        }
+    }
+}
+
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertificateSource {
+    /// A fresh CA and serving certificate at every start, for the target's names (the CA goes
+    /// into the webhook configurations at registration).
+    Generate,
+    /// PEM files, e.g. a mounted cert-manager secret. `ca` is the bundle the apiserver must
+    /// trust; without it the certificate file is used (right for self-signed certificates).
+    /// Files are read once at start.
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        ca: Option<PathBuf>,
+    },
+}
+
+/// Everything the webhook server needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookConfig {
+    /// Listen address; port 0 picks a free port (see [`Webhook::local_addr`]).
+    pub bind: SocketAddr,
+    /// How the apiserver reaches us (also the names of a generated certificate).
+    pub target: ClientConfigTarget,
+    pub certificate: CertificateSource,
+}
+
+/// What [`register`] needs: where the webhook is and the CA that signed its certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookEndpoint {
+    /// With the port resolved for URL targets.
+    pub target: ClientConfigTarget,
+    pub ca_bundle_pem: String,
+    /// Namespace of the dry-run probes that confirm the apiserver calls the webhook.
+    pub probe_namespace: String,
+    /// How long [`register`] waits for the apiserver to call the webhook.
+    pub ready_timeout: Duration,
+}
+
+impl WebhookEndpoint {
+    /// `https://host:port` for URL targets; `https://name.namespace.svc:port` for a Service.
+    pub fn base_url(&self) -> String {
+        match &self.target {
+            ClientConfigTarget::Url { host, port } => {
+                let host = match host.parse::<IpAddr>() {
+                    Ok(IpAddr::V6(v6)) => format!("[{v6}]"),
+                    _ => host.clone(),
+                };
+                match port {
+                    Some(port) => format!("https://{host}:{port}"),
+                    None => format!("https://{host}"),
+                }
+            }
+            ClientConfigTarget::Service {
+                namespace,
+                name,
+                port,
+            } => format!("https://{name}.{namespace}.svc:{port}"),
+        }
+    }
+}
+
+/// Why the webhook could not start or keep serving.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("webhook serving certificate: {0}")]
+    Tls(#[from] TlsError),
+    #[error("binding the webhook server to {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("registering the appwrapper_admission_total metric: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("serving the webhook: {0}")]
+    Serve(#[source] std::io::Error),
+    #[error(transparent)]
+    Register(#[from] RegisterError),
+}
+
+/// A bound webhook server, not yet serving.
+pub struct Webhook {
+    listener: server::TlsListener,
+    local_addr: SocketAddr,
+    certificate: ServingCertificate,
+    target: ClientConfigTarget,
+    metrics: AdmissionMetrics,
+}
+
+impl Webhook {
+    /// Prepares the certificate, binds the port and registers the metric in `registry`. Every
+    /// fallible step of starting happens here.
+    pub async fn bind(config: WebhookConfig, registry: &Registry) -> Result<Self, WebhookError> {
+        let certificate = match &config.certificate {
+            CertificateSource::Generate => tls::generate(&config.target.certificate_names())?,
+            CertificateSource::Files { cert, key, ca } => tls::load(cert, key, ca.as_deref())?,
+        };
+        let acceptor = TlsAcceptor::from(tls::server_config(&certificate)?);
+        let metrics = AdmissionMetrics::register(registry)?;
+        let tcp = TcpListener::bind(config.bind)
+            .await
+            .map_err(|source| WebhookError::Bind {
+                addr: config.bind,
+                source,
+            })?;
+        let local_addr = tcp.local_addr().map_err(|source| WebhookError::Bind {
+            addr: config.bind,
+            source,
+        })?;
+        Ok(Self {
+            listener: server::TlsListener::new(tcp, acceptor),
+            local_addr,
+            certificate,
+            target: config.target,
+            metrics,
+        })
+    }
+
+    /// The address actually bound (the free port when `bind` asked for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The serving certificate (its `ca_bundle_pem` is what the apiserver must trust).
+    pub fn certificate(&self) -> &ServingCertificate {
+        &self.certificate
+    }
+
+    /// What to [`register`]: the target (a URL target gets the bound port unless it named
+    /// one), the CA bundle, probes in namespace `default`, 60 s to become live.
+    pub fn endpoint(&self) -> WebhookEndpoint {
+        let target = match &self.target {
+            ClientConfigTarget::Url { host, port } => ClientConfigTarget::Url {
+                host: host.clone(),
+                port: Some(port.unwrap_or(self.local_addr.port())),
+            },
+            other => other.clone(),
+        };
+        WebhookEndpoint {
+            target,
+            ca_bundle_pem: self.certificate.ca_bundle_pem.clone(),
+            probe_namespace: "default".into(),
+            ready_timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Serves admission requests until `shutdown` completes (in-flight requests finish).
+    /// `client` is used for discovery and the SubjectAccessReviews.
+    pub async fn serve(
+        self,
+        client: kube::Client,
+        app_config: Arc<AppWrapperConfig>,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), WebhookError> {
+        let state = Arc::new(server::WebhookState {
+            authorizer: KubeAuthorizer::new(client),
+            config: app_config,
+            metrics: self.metrics,
+        });
+        tracing::info!(addr = %self.local_addr, "AppWrapper admission webhook serving");
+        axum::serve(self.listener, server::router(state))
+            .with_graceful_shutdown(shutdown)
+            .await
+            .map_err(WebhookError::Serve)
+    }
+}
+
+/// Binds, serves and registers the webhook; returns when `shutdown` completes, or at once with
+/// the error if starting or registration fails (the server then stops too).
+pub async fn run(
+    config: WebhookConfig,
+    client: kube::Client,
+    app_config: Arc<AppWrapperConfig>,
+    registry: &Registry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), WebhookError> {
+    let webhook = Webhook::bind(config, registry).await?;
+    let endpoint = webhook.endpoint();
+    let serving = webhook.serve(client.clone(), app_config, shutdown);
+    let registering = async {
+        register(&client, &endpoint).await?;
+        tracing::info!(url = %endpoint.base_url(), "AppWrapper admission webhooks registered and live");
+        Ok::<(), WebhookError>(())
+    };
+    tokio::try_join!(serving, registering).map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificate_names_follow_the_target() {
+        let url = ClientConfigTarget::Url {
+            host: "127.0.0.1".into(),
+            port: None,
+        };
+        assert_eq!(url.certificate_names(), vec!["127.0.0.1"]);
+        let svc = ClientConfigTarget::Service {
+            namespace: "ns".into(),
+            name: "agent".into(),
+            port: 443,
+        };
+        assert_eq!(svc.certificate_names()[0], "agent.ns.svc");
+        assert!(
+            svc.certificate_names()
+                .contains(&"agent.ns.svc.cluster.local".to_string())
+        );
+    }
+
+    #[test]
+    fn base_urls_bracket_ipv6_hosts() {
+        let endpoint = |target| WebhookEndpoint {
+            target,
+            ca_bundle_pem: String::new(),
+            probe_namespace: "default".into(),
+            ready_timeout: Duration::from_secs(1),
+        };
+        let v6 = endpoint(ClientConfigTarget::Url {
+            host: "::1".into(),
+            port: Some(9443),
+        });
+        assert_eq!(v6.base_url(), "https://[::1]:9443");
+        let v4 = endpoint(ClientConfigTarget::Url {
+            host: "127.0.0.1".into(),
+            port: Some(1),
+        });
+        assert_eq!(v4.base_url(), "https://127.0.0.1:1");
+    }
+
+    #[tokio::test]
+    async fn binding_port_zero_resolves_the_endpoint_port() {
+        let registry = Registry::new();
+        let webhook = Webhook::bind(
+            WebhookConfig {
+                bind: "127.0.0.1:0".parse().unwrap(),
+                target: ClientConfigTarget::Url {
+                    host: "127.0.0.1".into(),
+                    port: None,
+                },
+                certificate: CertificateSource::Generate,
+            },
+            &registry,
+        )
+        .await
+        .unwrap();
+        let port = webhook.local_addr().port();
+        assert_ne!(port, 0);
+        let endpoint = webhook.endpoint();
+        assert_eq!(endpoint.base_url(), format!("https://127.0.0.1:{port}"));
+        assert_eq!(endpoint.ca_bundle_pem, webhook.certificate().ca_bundle_pem);
+        // the metric is registered at bind: a second webhook on the same registry is refused
+        let again = Webhook::bind(
+            WebhookConfig {
+                bind: "127.0.0.1:0".parse().unwrap(),
+                target: ClientConfigTarget::Url {
+                    host: "127.0.0.1".into(),
+                    port: None,
+                },
+                certificate: CertificateSource::Generate,
+            },
+            &registry,
+        )
+        .await;
+        assert!(matches!(again, Err(WebhookError::Metrics(_))));
+    }
+
+    /// One HTTP/1.1 request over TLS, trusting only `ca_pem`, as the apiserver does.
+    async fn https(addr: SocketAddr, ca_pem: &str, request: &str) -> Result<String, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, ServerName};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots
+                .add(cert.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let tcp = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| e.to_string())?;
+        let name = ServerName::try_from(addr.ip().to_string()).map_err(|e| e.to_string())?;
+        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+            .map_err(|e| e.to_string())?;
+        tls.write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        tls.read_to_string(&mut response)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(response)
+    }
+
+    fn kube_client_that_is_never_called() -> kube::Client {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        kube::Client::try_from(config).unwrap()
+    }
+
+    #[tokio::test]
+    async fn serves_https_with_the_generated_certificate_and_shuts_down() {
+        let registry = Registry::new();
+        let webhook = Webhook::bind(
+            WebhookConfig {
+                bind: "127.0.0.1:0".parse().unwrap(),
+                target: ClientConfigTarget::Url {
+                    host: "127.0.0.1".into(),
+                    port: None,
+                },
+                certificate: CertificateSource::Generate,
+            },
+            &registry,
+        )
+        .await
+        .unwrap();
+        let addr = webhook.local_addr();
+        let ca = webhook.certificate().ca_bundle_pem.clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(webhook.serve(
+            kube_client_that_is_never_called(),
+            Arc::new(AppWrapperConfig::default()),
+            async move {
+                let _ = stopped.await;
+            },
+        ));
+
+        let health = https(
+            addr,
+            &ca,
+            "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+        assert!(health.ends_with("ok"), "{health}");
+
+        let garbage = "{oops";
+        let bad = https(
+            addr,
+            &ca,
+            &format!(
+                "POST {VALIDATE_PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{garbage}",
+                garbage.len()
+            ),
+        )
+        .await
+        .unwrap();
+        assert!(bad.starts_with("HTTP/1.1 400"), "{bad}");
+        assert!(bad.contains("malformed admission request"), "{bad}");
+
+        // a client trusting another CA is refused by its own verification
+        let other_ca = tls::generate(&["127.0.0.1".into()]).unwrap().ca_bundle_pem;
+        let refused = https(addr, &other_ca, "GET /healthz HTTP/1.1\r\n\r\n").await;
+        assert!(refused.is_err());
+
+        stop.send(()).unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(result.is_ok(), "{result:?}");
+        assert!(tokio::net::TcpStream::connect(addr).await.is_err());
+    }
+}
