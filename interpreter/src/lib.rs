@@ -43,6 +43,7 @@ pub mod quantity;
 pub mod results;
 pub mod runtime;
 pub mod sandbox;
+pub mod yaml;
 
 pub use customization::{CustomizationTarget, ResourceInterpreterCustomization};
 pub use error::{CustomizationError, InterpretError, Limit, RunError};

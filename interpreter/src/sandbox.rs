@@ -2,9 +2,9 @@
 //! a compiled-chunk cache.
 //!
 //! Clean globals without re-parsing: each script is compiled once per state as
-//! `return function(_ENV, ...) <script> end`. An evaluation calls that factory with a fresh,
-//! empty environment table whose metatable falls back to the read-only base library, so the
-//! script's top-level code (and its `local`s) run anew and nothing it writes survives the call.
+//! `return function(_ENV, ...) <script> end`. An evaluation calls that factory with a fresh
+//! environment table holding the base functions and the read-only libraries, so the script's
+//! top-level code (and its `local`s) run anew and nothing it writes survives the call.
 //!
 //! Limits: a count hook charges an instruction budget and checks the wall clock; the state's
 //! allocator enforces a memory ceiling. `pcall`/`xpcall` are wrapped so that once a limit has
@@ -114,7 +114,7 @@ impl Budget {
 /// A Lua state ready to run scripts.
 pub struct Sandbox {
     lua: Lua,
-    env_metatable: Table,
+    new_env: Function,
     factories: HashMap<u64, Function>,
     budget: Arc<Budget>,
     limits: Limits,
@@ -198,7 +198,13 @@ for _, name in G.ipairs({
     error("call function " .. name .. " is not supported in the Lifeboat resource interpreter", 2)
   end
 end
-return setmetatable({}, { __index = base, __newindex = function() error("read-only", 2) end }), { __index = base }
+-- Each evaluation gets a plain table holding the base names (assigning nil to a global hides
+-- the built-in, as in Karmada's plain globals table); built by one table constructor.
+local fields = {}
+for name in pairs(base) do fields[#fields + 1] = name .. " = b." .. name end
+local make = G.load("local b = ...\nreturn function()\n local e = {" .. table.concat(fields, ", ")
+  .. "}\n e._G = e\n return e\nend", "=lifeboat-env", "t", {})
+return make(base)
 "#;
 
 impl Sandbox {
@@ -210,7 +216,7 @@ impl Sandbox {
         )
         .map_err(|e| RunError::Setup(e.to_string()))?;
         let budget = Arc::new(Budget {
-            instructions_left: AtomicI64::new(0),
+            instructions_left: AtomicI64::new(i64::MAX),
             deadline_nanos: AtomicU64::new(u64::MAX),
             tripped: AtomicU8::new(TRIP_NONE),
             epoch: Instant::now(),
@@ -234,7 +240,7 @@ impl Sandbox {
             })
             .map_err(|e| RunError::Setup(e.to_string()))?;
         let kube = kube::module(&lua).map_err(|e| RunError::Setup(e.to_string()))?;
-        let (_base, env_metatable): (Table, Table) = lua
+        let new_env: Function = lua
             .load(SETUP)
             .set_name("=lifeboat-sandbox")
             .call((fatal, kube))
@@ -277,7 +283,7 @@ impl Sandbox {
 
         Ok(Sandbox {
             lua,
-            env_metatable,
+            new_env,
             factories: HashMap::new(),
             budget,
             limits,
@@ -324,12 +330,9 @@ impl Sandbox {
     ) -> Result<R, RunError> {
         let factory = self.compile(script)?;
         let lua = &self.lua;
-        let env = lua
-            .create_table()
-            .map_err(|e| RunError::Setup(e.to_string()))?;
-        env.set_metatable(Some(self.env_metatable.clone()))
-            .map_err(|e| RunError::Setup(e.to_string()))?;
-        env.raw_set("_G", &env)
+        let env: Table = self
+            .new_env
+            .call(())
             .map_err(|e| RunError::Setup(e.to_string()))?;
         let args = make_args(lua).map_err(|e| RunError::Input(e.to_string()))?;
 
