@@ -179,10 +179,6 @@ mod tests {
         }
     }
 
-    fn repo_root() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-    }
-
     fn assert_all_pass(dir: &Path) -> usize {
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
         let report = conformance::run_dir(dir, &runtime).unwrap();

@@ -3,8 +3,21 @@
 use crate::error::CustomizationError;
 use crate::interpreter::Interpreter;
 
-/// (path, YAML) of every built-in customization.
-pub const CUSTOMIZATIONS: &[(&str, &str)] = &[];
+macro_rules! builtin {
+    ($path:literal) => {
+        (
+            $path,
+            include_str!(concat!(
+                "../../interpreter-scripts/",
+                $path,
+                "/customizations.yaml"
+            )),
+        )
+    };
+}
+
+/// (folder, YAML) of every built-in customization.
+pub const CUSTOMIZATIONS: &[(&str, &str)] = &[builtin!("apps/v1/Deployment")];
 
 /// Loads every built-in customization into an interpreter.
 pub fn load(interpreter: &mut Interpreter) -> Result<usize, CustomizationError> {

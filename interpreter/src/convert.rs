@@ -71,19 +71,61 @@ pub(crate) fn object_to_lua(lua: &Lua, map: &Map<String, Value>) -> mlua::Result
 #[error("{0}")]
 pub struct EncodeError(pub String);
 
+/// Resolves a table that stands for a JSON value not yet converted to Lua.
+pub type Resolver<'r> = &'r dyn Fn(&Table) -> Option<Value>;
+
 /// Converts a Lua value to JSON (empty tables as `[]`).
 pub fn lua_to_json(value: &LuaValue) -> Result<Value, EncodeError> {
-    encode(value, 0)
+    encode(value, 0, &|_| None)
 }
 
-fn encode(value: &LuaValue, depth: usize) -> Result<Value, EncodeError> {
+/// Like [`lua_to_json`], with lazy tables resolved to their source.
+pub fn lua_to_json_with(value: &LuaValue, resolve: Resolver<'_>) -> Result<Value, EncodeError> {
+    encode(value, 0, resolve)
+}
+
+/// A JSON value as it comes back after a trip through Lua: nulls dropped, empty objects and
+/// lists as `[]`, integral numbers as integers.
+pub fn lua_shaped(value: &Value) -> Value {
+    match value {
+        Value::Number(n) => match number_to_lua(n) {
+            LuaValue::Integer(i) => Value::Number(i.into()),
+            _ => value.clone(),
+        },
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .filter(|v| !v.is_null())
+                .map(lua_shaped)
+                .collect(),
+        ),
+        Value::Object(map) => {
+            let shaped: Map<String, Value> = map
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), lua_shaped(v)))
+                .collect();
+            if shaped.is_empty() {
+                Value::Array(Vec::new())
+            } else {
+                Value::Object(shaped)
+            }
+        }
+        other => other.clone(),
+    }
+}
+
+fn encode(value: &LuaValue, depth: usize, resolve: Resolver<'_>) -> Result<Value, EncodeError> {
     Ok(match value {
         LuaValue::Nil => Value::Null,
         LuaValue::Boolean(b) => Value::Bool(*b),
         LuaValue::Integer(i) => Value::Number((*i).into()),
         LuaValue::Number(f) => float_to_json(*f)?,
         LuaValue::String(s) => Value::String(s.to_string_lossy()),
-        LuaValue::Table(table) => encode_table(table, depth)?,
+        LuaValue::Table(table) => match resolve(table) {
+            Some(source) => source,
+            None => encode_table(table, depth, resolve)?,
+        },
         other => {
             return Err(EncodeError(format!(
                 "cannot encode a Lua {} as JSON",
@@ -105,7 +147,7 @@ pub(crate) fn float_to_json(f: f64) -> Result<Value, EncodeError> {
         .ok_or_else(|| EncodeError(format!("cannot encode the number {f} as JSON")))
 }
 
-fn encode_table(table: &Table, depth: usize) -> Result<Value, EncodeError> {
+fn encode_table(table: &Table, depth: usize, resolve: Resolver<'_>) -> Result<Value, EncodeError> {
     if depth >= MAX_DEPTH {
         return Err(EncodeError(
             "table nesting too deep (a table that contains itself?)".to_string(),
@@ -140,7 +182,7 @@ fn encode_table(table: &Table, depth: usize) -> Result<Value, EncodeError> {
         {
             let mut items = Vec::with_capacity(indexed.len());
             for (_, item) in indexed {
-                items.push(encode(item, depth + 1)?);
+                items.push(encode(item, depth + 1, resolve)?);
             }
             return Ok(Value::Array(items));
         }
@@ -158,7 +200,7 @@ fn encode_table(table: &Table, depth: usize) -> Result<Value, EncodeError> {
                 )));
             }
         };
-        map.insert(key, encode(item, depth + 1)?);
+        map.insert(key, encode(item, depth + 1, resolve)?);
     }
     Ok(Value::Object(map))
 }

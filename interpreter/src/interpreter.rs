@@ -4,10 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use mlua::{IntoLua, Lua, MultiValue, Value as LuaValue};
+use mlua::{Lua, MultiValue, Value as LuaValue};
 use serde_json::Value;
 
-use crate::convert::{json_to_lua, lua_to_json};
 use crate::customization::{CustomizationTarget, ResourceInterpreterCustomization};
 use crate::empty::repair_empty_tables;
 use crate::error::{CustomizationError, InterpretError, RunError};
@@ -17,7 +16,7 @@ use crate::results::{
     ReplicaRequirements, sort_dependencies,
 };
 use crate::runtime::Runtime;
-use crate::sandbox::Script;
+use crate::sandbox::{Arg, Outputs, Script};
 
 struct Registered {
     customization: String,
@@ -48,8 +47,8 @@ fn result_error(message: impl Into<String>) -> RunError {
     RunError::Result(message.into())
 }
 
-fn to_json(value: &LuaValue) -> Result<Value, RunError> {
-    lua_to_json(value).map_err(|e| result_error(e.0))
+fn to_json(out: &Outputs<'_, '_>, value: &LuaValue) -> Result<Value, RunError> {
+    out.to_json(value).map_err(|e| result_error(e.0))
 }
 
 fn first(results: &MultiValue) -> LuaValue {
@@ -58,6 +57,7 @@ fn first(results: &MultiValue) -> LuaValue {
 
 /// A table result that must be a Kubernetes object (Karmada decodes it as Unstructured).
 fn object_result(
+    out: &Outputs<'_, '_>,
     function: &str,
     value: &LuaValue,
     references: &[&Value],
@@ -68,7 +68,7 @@ fn object_result(
             value.type_name()
         )));
     }
-    let json = repair_empty_tables(to_json(value)?, true, references);
+    let json = repair_empty_tables(to_json(out, value)?, true, references);
     match json.get("kind") {
         Some(Value::String(kind)) if !kind.is_empty() => Ok(json),
         _ => Err(result_error(format!(
@@ -183,15 +183,15 @@ impl Interpreter {
         &self,
         registered: &Registered,
         operation: Operation,
-        make_args: impl FnOnce(&Lua) -> mlua::Result<MultiValue>,
-        take_results: impl FnOnce(&Lua, MultiValue) -> Result<R, RunError>,
+        args: &[Arg<'_>],
+        take_results: impl FnOnce(&Lua, MultiValue, &Outputs<'_, '_>) -> Result<R, RunError>,
     ) -> Result<R, InterpretError> {
         self.runtime
             .with_sandbox(|sandbox| {
                 sandbox.evaluate(
                     &registered.script,
                     operation.function_name(),
-                    make_args,
+                    args,
                     take_results,
                 )
             })
@@ -218,11 +218,11 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::InterpretHealth,
-            |lua| Ok(MultiValue::from_vec(vec![json_to_lua(lua, observed)?])),
-            |_, results| match first(&results) {
+            &[Arg::Object(observed)],
+            |_, results, out| match first(&results) {
                 LuaValue::Boolean(b) => Ok(Health::from_bool(b)),
                 value @ LuaValue::Table(_) => {
-                    Health::from_table(&to_json(&value)?).map_err(result_error)
+                    Health::from_table(&to_json(out, &value)?).map_err(result_error)
                 }
                 other => Err(result_error(format!(
                     "InterpretHealth must return a boolean or a health table, got {}",
@@ -244,8 +244,8 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::InterpretReplica,
-            |lua| Ok(MultiValue::from_vec(vec![json_to_lua(lua, desired)?])),
-            |_, results| {
+            &[Arg::Object(desired)],
+            |_, results, out| {
                 let mut iter = results.into_iter();
                 let replica = match iter.next().unwrap_or(LuaValue::Nil) {
                     // Karmada converts a float64 to int32: truncation.
@@ -263,7 +263,7 @@ impl Interpreter {
                 let requires = match iter.next().unwrap_or(LuaValue::Nil) {
                     LuaValue::Nil => None,
                     value @ LuaValue::Table(_) => {
-                        let json = repair_empty_tables(to_json(&value)?, true, &[]);
+                        let json = repair_empty_tables(to_json(out, &value)?, true, &[]);
                         Some(
                             serde_json::from_value::<ReplicaRequirements>(json)
                                 .map_err(|e| result_error(format!("replica requirements: {e}")))?,
@@ -293,11 +293,11 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::InterpretComponent,
-            |lua| Ok(MultiValue::from_vec(vec![json_to_lua(lua, desired)?])),
-            |_, results| match first(&results) {
+            &[Arg::Object(desired)],
+            |_, results, out| match first(&results) {
                 LuaValue::Nil => Ok(None),
                 value @ LuaValue::Table(_) => {
-                    let json = repair_empty_tables(to_json(&value)?, false, &[]);
+                    let json = repair_empty_tables(to_json(out, &value)?, false, &[]);
                     serde_json::from_value::<Vec<Component>>(json)
                         .map(Some)
                         .map_err(|e| result_error(format!("components: {e}")))
@@ -323,13 +323,8 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::ReviseReplica,
-            |lua| {
-                Ok(MultiValue::from_vec(vec![
-                    json_to_lua(lua, desired)?,
-                    replicas.into_lua(lua)?,
-                ]))
-            },
-            |_, results| object_result("ReviseReplica", &first(&results), &[desired]),
+            &[Arg::Object(desired), Arg::Integer(replicas)],
+            |_, results, out| object_result(out, "ReviseReplica", &first(&results), &[desired]),
         )
         .map(Some)
     }
@@ -346,13 +341,8 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::Retain,
-            |lua| {
-                Ok(MultiValue::from_vec(vec![
-                    json_to_lua(lua, desired)?,
-                    json_to_lua(lua, observed)?,
-                ]))
-            },
-            |_, results| object_result("Retain", &first(&results), &[desired, observed]),
+            &[Arg::Object(desired), Arg::Object(observed)],
+            |_, results, out| object_result(out, "Retain", &first(&results), &[desired, observed]),
         )
         .map(Some)
     }
@@ -365,9 +355,11 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::InterpretStatus,
-            |lua| Ok(MultiValue::from_vec(vec![json_to_lua(lua, observed)?])),
-            |_, results| match first(&results) {
-                value @ LuaValue::Table(_) => Ok(repair_empty_tables(to_json(&value)?, true, &[])),
+            &[Arg::Object(observed)],
+            |_, results, out| match first(&results) {
+                value @ LuaValue::Table(_) => {
+                    Ok(repair_empty_tables(to_json(out, &value)?, true, &[]))
+                }
                 other => Err(result_error(format!(
                     "ReflectStatus must return a table, got {}",
                     other.type_name()
@@ -396,13 +388,8 @@ impl Interpreter {
         self.evaluate(
             registered,
             Operation::AggregateStatus,
-            |lua| {
-                Ok(MultiValue::from_vec(vec![
-                    json_to_lua(lua, desired)?,
-                    json_to_lua(lua, &items_json)?,
-                ]))
-            },
-            |_, results| object_result("AggregateStatus", &first(&results), &[]),
+            &[Arg::Object(desired), Arg::Object(&items_json)],
+            |_, results, out| object_result(out, "AggregateStatus", &first(&results), &[]),
         )
         .map(Some)
     }
@@ -422,10 +409,10 @@ impl Interpreter {
             let found = self.evaluate(
                 registered,
                 Operation::InterpretDependency,
-                |lua| Ok(MultiValue::from_vec(vec![json_to_lua(lua, desired)?])),
-                |_, results| match first(&results) {
+                &[Arg::Object(desired)],
+                |_, results, out| match first(&results) {
                     value @ LuaValue::Table(_) => {
-                        let json = repair_empty_tables(to_json(&value)?, false, &[]);
+                        let json = repair_empty_tables(to_json(out, &value)?, false, &[]);
                         let refs: Vec<DependentObjectReference> = serde_json::from_value(json)
                             .map_err(|e| result_error(format!("dependencies: {e}")))?;
                         for r in &refs {

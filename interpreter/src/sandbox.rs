@@ -10,15 +10,20 @@
 //! allocator enforces a memory ceiling. `pcall`/`xpcall` are wrapped so that once a limit has
 //! tripped they re-raise instead of letting the script carry on.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use mlua::{
-    Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue, VmState,
+    Function, HookTriggers, IntoLua, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue,
+    VmState,
 };
 
+use serde_json::Value;
+
+use crate::convert::{EncodeError, json_to_lua, lua_shaped, lua_to_json_with, number_to_lua};
 use crate::error::{Limit, RunError};
 use crate::kube;
 
@@ -114,18 +119,48 @@ impl Budget {
 /// A Lua state ready to run scripts.
 pub struct Sandbox {
     lua: Lua,
-    new_env: Function,
+    run: Function,
+    lazy_metatable: Table,
     factories: HashMap<u64, Function>,
     budget: Arc<Budget>,
     limits: Limits,
 }
 
 /// Lua code run once per state with the real globals: builds the base environment scripts see.
-const SETUP: &str = r#"
+const SETUP: &str = r##"
 local fatal, kube = ...
 local G = _G
-local pcall, xpcall, error, setmetatable, tostring, type, pairs = pcall, xpcall, error, setmetatable, tostring, type, pairs
+local pcall, xpcall, error, setmetatable, getmetatable, tostring, type, pairs =
+  pcall, xpcall, error, setmetatable, getmetatable, tostring, type, pairs
+local rawget, rawset, rawlen, next, select = rawget, rawset, rawlen, next, select
 local string, table, math, os = string, table, math, os
+
+-- Lazy arguments: an object argument is an empty table with this metatable until first use;
+-- then `materialize` (set per evaluation, from Rust) fills in one level and drops the metatable,
+-- leaving a plain table. Scripts cannot tell: raw access functions are not offered.
+local materialize
+local LAZY = {}
+LAZY.__index = function(t, k) materialize(t) return rawget(t, k) end
+LAZY.__newindex = function(t, k, v) materialize(t) rawset(t, k, v) end
+LAZY.__len = function(t) materialize(t) return rawlen(t) end
+LAZY.__pairs = function(t) materialize(t) return next, t, nil end
+local function lazy_next(t, k)
+  if getmetatable(t) == LAZY then materialize(t) end
+  return next(t, k)
+end
+-- Helpers that read whole pod templates get fully materialized tables.
+local function deep(v, depth)
+  if type(v) == "table" and depth < 100 then
+    for _, child in pairs(v) do deep(child, depth + 1) end
+  end
+end
+local kube_lazy = {}
+for name, f in pairs(kube) do
+  kube_lazy[name] = function(...)
+    for i = 1, select("#", ...) do deep((select(i, ...)), 0) end
+    return f(...)
+  end
+end
 
 local function readonly(name, lib)
   return setmetatable({}, {
@@ -162,14 +197,14 @@ local function pass(ok, ...)
   return ok, ...
 end
 
-local kube_module = readonly("kube", kube)
+local kube_module = readonly("kube", kube_lazy)
 
 local base = {
   _VERSION = G._VERSION,
   assert = G.assert,
   error = error,
   ipairs = G.ipairs,
-  next = G.next,
+  next = lazy_next,
   pairs = G.pairs,
   select = G.select,
   tonumber = G.tonumber,
@@ -204,8 +239,21 @@ local fields = {}
 for name in pairs(base) do fields[#fields + 1] = name .. " = b." .. name end
 local make = G.load("local b = ...\nreturn function()\n local e = {" .. table.concat(fields, ", ")
   .. "}\n e._G = e\n return e\nend", "=lifeboat-env", "t", {})
-return make(base)
-"#;
+local new_env = make(base)
+
+-- One call per evaluation: install the materializer, run the script body in fresh globals,
+-- call the operation's function.
+local function run(factory, name, materializer, ...)
+  materialize = materializer
+  local env = new_env()
+  factory(env)
+  local f = rawget(env, name)
+  if f == nil then error("not found function " .. name, 0) end
+  if type(f) ~= "function" then error(name .. " is not a function: " .. type(f), 0) end
+  return f(...)
+end
+return run, LAZY
+"##;
 
 impl Sandbox {
     /// Builds a fresh state with the restricted libraries.
@@ -240,7 +288,7 @@ impl Sandbox {
             })
             .map_err(|e| RunError::Setup(e.to_string()))?;
         let kube = kube::module(&lua).map_err(|e| RunError::Setup(e.to_string()))?;
-        let new_env: Function = lua
+        let (run, lazy_metatable): (Function, Table) = lua
             .load(SETUP)
             .set_name("=lifeboat-sandbox")
             .call((fatal, kube))
@@ -255,6 +303,12 @@ impl Sandbox {
                 .raw_set(key, LuaValue::Nil)
                 .map_err(|e| RunError::Setup(e.to_string()))?;
         }
+
+        // Evaluations leave only short-lived garbage: the generational collector handles that
+        // with less work than full incremental cycles.
+        lua.gc_set_mode(mlua::state::GcMode::Generational(
+            mlua::state::GcGenParams::default(),
+        ));
 
         let hook_budget = budget.clone();
         lua.set_hook(
@@ -283,7 +337,8 @@ impl Sandbox {
 
         Ok(Sandbox {
             lua,
-            new_env,
+            run,
+            lazy_metatable,
             factories: HashMap::new(),
             budget,
             limits,
@@ -319,85 +374,193 @@ impl Sandbox {
         Ok(factory)
     }
 
-    /// Runs `function_name` from `script` with arguments built by `make_args`, and hands the
-    /// results to `take_results` while the state is still at hand.
-    pub fn evaluate<R>(
+    /// Runs `function_name` from `script` with `args`, and hands the results to `take_results`
+    /// while the state (and the lazy arguments' sources) are still at hand.
+    pub fn evaluate<'a, R>(
         &mut self,
         script: &Script,
         function_name: &str,
-        make_args: impl FnOnce(&Lua) -> mlua::Result<MultiValue>,
-        take_results: impl FnOnce(&Lua, MultiValue) -> Result<R, RunError>,
+        args: &[Arg<'a>],
+        take_results: impl FnOnce(&Lua, MultiValue, &Outputs<'_, 'a>) -> Result<R, RunError>,
     ) -> Result<R, RunError> {
         let factory = self.compile(script)?;
         let lua = &self.lua;
-        let env: Table = self
-            .new_env
-            .call(())
-            .map_err(|e| RunError::Setup(e.to_string()))?;
-        let args = make_args(lua).map_err(|e| RunError::Input(e.to_string()))?;
+        let lazy = Lazy {
+            nodes: RefCell::new(HashMap::new()),
+            metatable: self.lazy_metatable.clone(),
+        };
+        let budget = &self.budget;
+        let limits = self.limits;
+        let run = &self.run;
 
-        // Arm the limits.
-        self.budget.instructions_left.store(
-            i64::try_from(self.limits.instructions).unwrap_or(i64::MAX),
-            Ordering::Relaxed,
-        );
-        let deadline = self.budget.epoch.elapsed() + self.limits.wall_clock;
-        self.budget.deadline_nanos.store(
-            u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        self.budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
-        let ceiling = lua.used_memory().saturating_add(self.limits.memory_bytes);
-        let _ = lua.set_memory_limit(ceiling);
-
-        let outcome = (|| {
-            factory.call::<()>(env.clone())?;
-            let function: LuaValue = env.raw_get(function_name)?;
-            match function {
-                LuaValue::Function(f) => f.call::<MultiValue>(args).map(Ok),
-                LuaValue::Nil => Ok(Err(RunError::Script(format!(
-                    "not found function {function_name}"
-                )))),
-                other => Ok(Err(RunError::Script(format!(
-                    "{function_name} is not a function: {}",
-                    other.type_name()
-                )))),
+        let scoped = lua.scope(|scope| {
+            let materializer =
+                scope.create_function(|lua, table: Table| lazy.materialize(lua, &table))?;
+            let mut lua_args = Vec::with_capacity(args.len() + 3);
+            lua_args.push(LuaValue::Function(factory.clone()));
+            lua_args.push(LuaValue::String(lua.create_string(function_name)?));
+            lua_args.push(LuaValue::Function(materializer));
+            for arg in args {
+                lua_args.push(match arg {
+                    Arg::Object(value) => lazy.value(lua, value)?,
+                    Arg::Integer(i) => LuaValue::Integer(*i),
+                });
             }
-        })();
 
-        let _ = lua.set_memory_limit(0);
-        let tripped = self.budget.tripped();
-        // Disarm: conversions after the call are not charged.
-        self.budget
-            .instructions_left
-            .store(i64::MAX, Ordering::Relaxed);
-        self.budget
-            .deadline_nanos
-            .store(u64::MAX, Ordering::Relaxed);
-        self.budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
+            // Arm the limits.
+            budget.instructions_left.store(
+                i64::try_from(limits.instructions).unwrap_or(i64::MAX),
+                Ordering::Relaxed,
+            );
+            let deadline = budget.epoch.elapsed() + limits.wall_clock;
+            budget.deadline_nanos.store(
+                u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
+            let ceiling = lua.used_memory().saturating_add(limits.memory_bytes);
+            let _ = lua.set_memory_limit(ceiling);
 
-        if let Some(limit) = tripped {
-            if limit == Limit::Memory {
-                let _ = lua.gc_collect();
-            }
-            return Err(RunError::Limit(limit));
-        }
-        match outcome {
-            Ok(Ok(results)) => take_results(lua, results),
-            Ok(Err(e)) => Err(e),
-            Err(e) => {
-                if is_memory_error(&e) {
+            let outcome = run.call::<MultiValue>(MultiValue::from_vec(lua_args));
+
+            let _ = lua.set_memory_limit(0);
+            let tripped = budget.tripped();
+            // Disarm: conversions after the call are not charged.
+            budget.instructions_left.store(i64::MAX, Ordering::Relaxed);
+            budget.deadline_nanos.store(u64::MAX, Ordering::Relaxed);
+            budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
+
+            if let Some(limit) = tripped {
+                if limit == Limit::Memory {
                     let _ = lua.gc_collect();
-                    return Err(RunError::Limit(Limit::Memory));
                 }
-                Err(RunError::Script(lua_error_message(&e)))
+                return Ok(Err(RunError::Limit(limit)));
             }
-        }
+            Ok(match outcome {
+                Ok(results) => take_results(lua, results, &Outputs { lazy: &lazy }),
+                Err(e) => {
+                    if is_memory_error(&e) {
+                        let _ = lua.gc_collect();
+                        Err(RunError::Limit(Limit::Memory))
+                    } else {
+                        Err(RunError::Script(lua_error_message(&e)))
+                    }
+                }
+            })
+        });
+        scoped.map_err(|e| RunError::Input(lua_error_message(&e)))?
     }
 
     /// Bytes currently held by the state.
     pub fn used_memory(&self) -> usize {
         self.lua.used_memory()
+    }
+}
+
+/// An argument of an evaluation.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// A JSON value, passed lazily: converted level by level as the script reads it.
+    Object(&'a Value),
+    Integer(i64),
+}
+
+/// Sources of the lazy tables of one evaluation, by table address. A table's address is only
+/// trusted while the table still carries the lazy metatable: a collected proxy's address may be
+/// reused by a plain table.
+struct Lazy<'a> {
+    nodes: RefCell<HashMap<usize, &'a Value>>,
+    metatable: Table,
+}
+
+impl<'a> Lazy<'a> {
+    /// A Lua value for `value`: non-empty objects and lists become lazy tables.
+    fn value(&self, lua: &Lua, value: &'a Value) -> mlua::Result<LuaValue> {
+        let (narr, nrec) = match value {
+            Value::Object(map) if !map.is_empty() => (0, map.len()),
+            Value::Array(items) if !items.is_empty() => (items.len(), 0),
+            other => return json_to_lua(lua, other),
+        };
+        let table = lua.create_table_with_capacity(narr, nrec)?;
+        table.set_metatable(Some(self.metatable.clone()))?;
+        self.nodes
+            .borrow_mut()
+            .insert(table.to_pointer() as usize, value);
+        Ok(LuaValue::Table(table))
+    }
+
+    /// Fills a lazy table with its source's first level and makes it a plain table.
+    /// Only called from the lazy metatable's metamethods, so `table` is a proxy.
+    fn materialize(&self, lua: &Lua, table: &Table) -> mlua::Result<()> {
+        let Some(node) = self
+            .nodes
+            .borrow_mut()
+            .remove(&(table.to_pointer() as usize))
+        else {
+            return Ok(());
+        };
+        table.set_metatable(None)?;
+        // The input is bounded and trusted: convert it outside the script's memory ceiling
+        // (which also spares every call below mlua's protected mode).
+        let ceiling = lua.set_memory_limit(0).unwrap_or(0);
+        let filled = (|| {
+            match node {
+                Value::Object(map) => {
+                    for (key, child) in map {
+                        self.set(lua, table, key.as_str(), child)?;
+                    }
+                }
+                Value::Array(items) => {
+                    for (index, child) in (1..).zip(items.iter().filter(|c| !c.is_null())) {
+                        self.set(lua, table, index, child)?;
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })();
+        let _ = lua.set_memory_limit(ceiling);
+        filled
+    }
+
+    /// Sets one field; scalars are pushed directly (no intermediate Lua handles).
+    fn set(
+        &self,
+        lua: &Lua,
+        table: &Table,
+        key: impl IntoLua,
+        child: &'a Value,
+    ) -> mlua::Result<()> {
+        match child {
+            Value::Null => Ok(()),
+            Value::Bool(b) => table.raw_set(key, *b),
+            Value::String(text) => table.raw_set(key, text.as_str()),
+            Value::Number(n) => table.raw_set(key, number_to_lua(n)),
+            _ => table.raw_set(key, self.value(lua, child)?),
+        }
+    }
+
+    /// The source of a table not materialized yet.
+    fn source(&self, table: &Table) -> Option<&'a Value> {
+        if table.metatable().as_ref() != Some(&self.metatable) {
+            return None;
+        }
+        self.nodes
+            .borrow()
+            .get(&(table.to_pointer() as usize))
+            .copied()
+    }
+}
+
+/// Converts an evaluation's Lua results to JSON; untouched lazy tables come straight from
+/// their JSON source, shaped as Lua would have returned them.
+pub struct Outputs<'l, 'a> {
+    lazy: &'l Lazy<'a>,
+}
+
+impl Outputs<'_, '_> {
+    pub fn to_json(&self, value: &LuaValue) -> Result<Value, EncodeError> {
+        lua_to_json_with(value, &|table| self.lazy.source(table).map(lua_shaped))
     }
 }
 
