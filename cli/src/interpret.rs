@@ -179,6 +179,10 @@ mod tests {
         }
     }
 
+    fn repo_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    }
+
     fn assert_all_pass(dir: &Path) -> usize {
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
         let report = conformance::run_dir(dir, &runtime).unwrap();
@@ -205,6 +209,12 @@ mod tests {
             dir.display()
         );
         assert_eq!(assert_all_pass(&dir), 372);
+    }
+
+    #[test]
+    fn builtin_interpreter_cases_all_pass() {
+        // Ten kinds, at least five cases per operation each.
+        assert!(assert_all_pass(&repo_root().join("interpreter-scripts")) >= 300);
     }
 
     #[test]

@@ -137,13 +137,11 @@ pub fn compare(expected: &Value, actual: &Actual) -> Result<(), String> {
         ))
     };
     match actual {
-        Actual::Exact(value) => {
-            if json_equal(expected, value) {
-                Ok(())
-            } else {
-                mismatch()
-            }
-        }
+        Actual::Exact(value) => match first_difference(expected, value, "") {
+            None => Ok(()),
+            Some(difference) if expected.is_object() => Err(difference),
+            Some(_) => mismatch(),
+        },
         Actual::Object(value) => {
             if !expected.is_object() {
                 return Err(format!(
@@ -154,14 +152,9 @@ pub fn compare(expected: &Value, actual: &Actual) -> Result<(), String> {
             let mut excluded = HashSet::new();
             let expected = collect_excluded(expected, &mut Vec::new(), &mut excluded);
             let value = remove_excluded(value, &mut Vec::new(), &excluded);
-            if json_equal(&expected, &value) {
-                Ok(())
-            } else {
-                Err(format!(
-                    "expected {}, got {}",
-                    compact(&expected),
-                    compact(&value)
-                ))
+            match first_difference(&expected, &value, "") {
+                None => Ok(()),
+                Some(difference) => Err(difference),
             }
         }
         Actual::Requires(value) => {
@@ -199,6 +192,44 @@ pub fn compare(expected: &Value, actual: &Actual) -> Result<(), String> {
                 mismatch()
             }
         }
+    }
+}
+
+/// The first place where two JSON values differ, as `path: expected X, got Y`.
+pub fn first_difference(expected: &Value, actual: &Value, path: &str) -> Option<String> {
+    let here = if path.is_empty() { "." } else { path };
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => {
+            for (key, ev) in e {
+                match a.get(key) {
+                    None => {
+                        return Some(format!(
+                            "{path}.{key}: expected {}, got nothing",
+                            compact(ev)
+                        ));
+                    }
+                    Some(av) => {
+                        if let Some(d) = first_difference(ev, av, &format!("{path}.{key}")) {
+                            return Some(d);
+                        }
+                    }
+                }
+            }
+            a.iter()
+                .find(|(key, _)| !e.contains_key(*key))
+                .map(|(key, av)| format!("{path}.{key}: expected nothing, got {}", compact(av)))
+        }
+        (Value::Array(e), Value::Array(a)) if e.len() == a.len() => e
+            .iter()
+            .zip(a)
+            .enumerate()
+            .find_map(|(i, (ev, av))| first_difference(ev, av, &format!("{path}[{i}]"))),
+        _ if json_equal(expected, actual) => None,
+        _ => Some(format!(
+            "{here}: expected {}, got {}",
+            compact(expected),
+            compact(actual)
+        )),
     }
 }
 
