@@ -7,7 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use lifeboat_interpreter::{Interpreter, Runtime, RuntimeConfig, builtin};
+use lifeboat_interpreter::sandbox::Arg;
+use lifeboat_interpreter::{
+    Interpreter, Operation, ResourceInterpreterCustomization, Runtime, RuntimeConfig, Script,
+    builtin,
+};
 use serde_json::{Value, json};
 
 fn container(name: &str, cpu: &str, memory: &str, gpus: u32) -> Value {
@@ -164,21 +168,39 @@ fn health(c: &mut Criterion) {
     group.finish();
 }
 
-/// Karmada's cost model: a fresh compile of the script text on every call (karmada#7597).
-fn reparse_baseline(c: &mut Criterion) {
+/// The Deployment health script, through the sandbox directly: compiled once (Lifeboat) versus
+/// compiled on every call (Karmada's cost model, karmada#7597).
+fn cached_vs_reparse(c: &mut Criterion) {
+    let customization =
+        ResourceInterpreterCustomization::parse_documents(builtin::CUSTOMIZATIONS[1].1)
+            .expect("deployment customization")
+            .remove(0);
+    let source = customization
+        .spec
+        .customizations
+        .script(Operation::InterpretHealth)
+        .expect("health script")
+        .to_string();
+    let runtime = Runtime::new(RuntimeConfig::default());
     let deployment = deployment();
-    let mut group = c.benchmark_group("interpret_health_reparse_every_call");
+    let evaluate = |script: &Script| {
+        runtime
+            .with_sandbox(|sandbox| {
+                sandbox.evaluate(
+                    script,
+                    "InterpretHealth",
+                    &[Arg::Object(&deployment)],
+                    |_, results, _| Ok(results.len()),
+                )
+            })
+            .expect("evaluation")
+    };
+    let mut group = c.benchmark_group("deployment_health_script");
     group.throughput(Throughput::Elements(1));
-    group.bench_function("deployment", |b| {
-        b.iter(|| {
-            // A new customization (new script identity) each call defeats the chunk cache.
-            let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
-            let mut interpreter = Interpreter::new(runtime);
-            builtin::load(&mut interpreter).expect("load");
-            interpreter
-                .interpret_health(black_box(&deployment))
-                .expect("health")
-        })
+    let cached = Script::new("cached", source.clone());
+    group.bench_function("compiled_once", |b| b.iter(|| evaluate(black_box(&cached))));
+    group.bench_function("compiled_every_call", |b| {
+        b.iter(|| evaluate(&Script::new("reparsed", black_box(source.as_str()))))
     });
     group.finish();
 }
@@ -223,6 +245,6 @@ fn pool_memory(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = Criterion::default().measurement_time(Duration::from_secs(5));
-    targets = health, reparse_baseline, pool_memory
+    targets = health, cached_vs_reparse, pool_memory
 }
 criterion_main!(benches);

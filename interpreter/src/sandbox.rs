@@ -465,6 +465,18 @@ pub enum Arg<'a> {
     Integer(i64),
 }
 
+/// Objects and lists with at most this many scalar fields are converted eagerly.
+const EAGER_MAX_FIELDS: usize = 8;
+
+fn is_flat(value: &Value) -> bool {
+    let scalar = |v: &Value| !v.is_object() && !v.is_array();
+    match value {
+        Value::Object(map) => map.values().all(scalar),
+        Value::Array(items) => items.iter().all(scalar),
+        _ => true,
+    }
+}
+
 /// Sources of the lazy tables of one evaluation, by table address. A table's address is only
 /// trusted while the table still carries the lazy metatable: a collected proxy's address may be
 /// reused by a plain table.
@@ -481,6 +493,25 @@ impl<'a> Lazy<'a> {
             Value::Array(items) if !items.is_empty() => (items.len(), 0),
             other => return json_to_lua(lua, other),
         };
+        // Small all-scalar objects and lists (conditions, labels, selectors) are cheaper to
+        // convert at once than to proxy and materialize later.
+        if narr + nrec <= EAGER_MAX_FIELDS && is_flat(value) {
+            let table = lua.create_table_with_capacity(narr, nrec)?;
+            match value {
+                Value::Object(map) => {
+                    for (key, child) in map {
+                        self.set(lua, &table, key.as_str(), child)?;
+                    }
+                }
+                Value::Array(items) => {
+                    for (index, child) in (1..).zip(items.iter().filter(|c| !c.is_null())) {
+                        self.set(lua, &table, index, child)?;
+                    }
+                }
+                _ => {}
+            }
+            return Ok(LuaValue::Table(table));
+        }
         let table = lua.create_table_with_capacity(narr, nrec)?;
         table.set_metatable(Some(self.metatable.clone()))?;
         self.nodes
