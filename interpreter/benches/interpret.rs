@@ -205,8 +205,16 @@ fn cached_vs_reparse(c: &mut Criterion) {
     group.finish();
 }
 
+/// Resident memory of this process (Linux), for the pool measurement.
+fn resident_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Memory of a pool of 8 states after 8 threads evaluated both kinds concurrently.
 fn pool_memory(c: &mut Criterion) {
+    let rss_before = resident_kib();
     let interpreter = Arc::new(builtin_interpreter(8));
     let objects = Arc::new([deployment(), appwrapper()]);
     let run_load = |iterations: usize| {
@@ -230,8 +238,10 @@ fn pool_memory(c: &mut Criterion) {
     run_load(20_000);
     let (idle, bytes) = interpreter.runtime().idle_memory();
     println!(
-        "pool_memory: {idle} idle Lua states hold {bytes} bytes ({:.1} KiB per state)",
-        bytes as f64 / 1024.0 / idle.max(1) as f64
+        "pool_memory: {idle} idle Lua states hold {bytes} bytes ({:.1} KiB per state); process RSS {:?} KiB before the pool, {:?} KiB after 8 threads x 20000 x (health + status)",
+        bytes as f64 / 1024.0 / idle.max(1) as f64,
+        rss_before,
+        resident_kib()
     );
     let mut group = c.benchmark_group("pool8_under_load");
     group.sample_size(10);
