@@ -3,7 +3,7 @@
 # published Go modules into a cache outside the repository. Idempotent: a second run with the
 # binaries present does nothing and says so in one line.
 #
-#   e2e/k8s/build.sh            build (or confirm) the binaries, print the bin dir on the last line
+#   e2e/k8s/build.sh            build (or confirm) the binaries
 #   e2e/k8s/build.sh --print-dir  only print where the binaries live
 #   e2e/k8s/build.sh --regenerate  re-derive the wrapper modules' go.mod (after a version bump)
 #
@@ -40,7 +40,6 @@ all_present() {
 
 if [[ "$mode" == build ]] && all_present; then
   echo "k8s binaries ($want_stamp) already built in $bin_dir, nothing to do"
-  echo "$bin_dir"
   exit 0
 fi
 
@@ -52,14 +51,17 @@ step "using $go_have, cache dir $bin_dir"
 
 # Each wrapper module pins one upstream module. Their go.mod files are committed; --regenerate
 # (or a version mismatch) derives them again from the upstream tags.
-module_version() { sed -n 's/^\s*'"$(printf '%s' "$2" | sed 's/[.\/]/\\&/g')"' \(v[^ ]*\).*/\1/p' "$here/$1/go.mod" | head -n1; }
+module_version() {
+  # $1 dir, $2 module: the version the wrapper's go.mod requires (either require form)
+  awk -v m="$2" '($1 == m) { print $2; exit } ($1 == "require" && $2 == m) { print $3; exit }' "$here/$1/go.mod"
+}
 
 regen_kubernetes() {
   local dir="$here/kubernetes" minor="${K8S_VERSION#v1.}"
   local staging="v0.${minor}"
   step "kubernetes: deriving go.mod for k8s.io/kubernetes@$K8S_VERSION (staging modules at $staging)"
   rm -f "$dir/go.mod" "$dir/go.sum"
-  (cd "$dir" && go mod init lifeboat.dev/e2e/k8s/kubernetes >/dev/null 2>&1) ||
+  (cd "$dir" && go mod init lifeboat.dev/e2e/k8s/kubernetes >/dev/null 2>&1 && go mod edit -go=1.26.0) ||
     fail "kubernetes: go mod init" "check that $dir is writable"
   local upstream_mod
   upstream_mod="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>&1)" ||
@@ -85,7 +87,7 @@ regen_simple() {
   local dir="$here/$1"
   step "$1: deriving go.mod for $2@$3"
   rm -f "$dir/go.mod" "$dir/go.sum"
-  (cd "$dir" && go mod init "lifeboat.dev/e2e/k8s/$1" >/dev/null 2>&1 &&
+  (cd "$dir" && go mod init "lifeboat.dev/e2e/k8s/$1" >/dev/null 2>&1 && go mod edit -go=1.26.0 &&
     go mod edit -require="$2@$3" && go mod tidy) ||
     fail "$1: resolve $2@$3" "check that $2@$3 exists on the module proxy and that its go directive <= $go_have"
 }
@@ -108,23 +110,22 @@ minor="${K8S_VERSION#v1.}"; minor="${minor%%.*}"
 k8s_ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
 
 build() {
-  # $1 dir, $2 ldflags, rest = packages
-  local dir="$1" ldflags="$2"; shift 2
+  # $1 dir, $2 ldflags, $3 output (a file, or the bin dir with a trailing /), rest = packages
+  local dir="$1" ldflags="$2" out="$3"; shift 3
   step "$dir: go build $* (long on a cold cache)"
   (cd "$here/$dir" && go mod download) ||
     fail "$dir: module download" "check the Go module proxy ($(go env GOPROXY)); GOMODCACHE=$(go env GOMODCACHE)"
-  (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$bin_dir/" "$@") ||
+  (cd "$here/$dir" && go build -trimpath -ldflags "$ldflags" -o "$out" "$@") ||
     fail "$dir: go build" "see the compiler output above; Go $go_have must satisfy the module's go directive"
 }
 
-build etcd "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" go.etcd.io/etcd/server/v3
-mv -f "$bin_dir/v3" "$bin_dir/etcd" 2>/dev/null || true
-build kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" sigs.k8s.io/kwok/cmd/kwok
-build kubernetes "$k8s_ldflags" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
+# etcd's main package is server/v3, which go build would name "server".
+build etcd "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${ETCD_VERSION}" "$bin_dir/etcd" go.etcd.io/etcd/server/v3
+build kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}" "$bin_dir/kwok" sigs.k8s.io/kwok/cmd/kwok
+build kubernetes "$k8s_ldflags" "$bin_dir/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler
 
 for b in "${binaries[@]}"; do
   [[ -x "$bin_dir/$b" ]] || fail "check $b" "the build produced no $bin_dir/$b"
 done
 echo "$want_stamp" >"$stamp"
-step "done: $("$bin_dir/kube-apiserver" --version 2>/dev/null), etcd $("$bin_dir/etcd" --version 2>/dev/null | head -n1 | awk '{print $3}')"
-echo "$bin_dir"
+echo "k8s binaries built in $bin_dir: $("$bin_dir/kube-apiserver" --version 2>/dev/null), etcd $("$bin_dir/etcd" --version 2>/dev/null | head -n1 | awk '{print $3}'), kwok $KWOK_VERSION"

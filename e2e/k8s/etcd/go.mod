@@ -1,6 +1,6 @@
 module lifeboat.dev/e2e/k8s/etcd
 
-go 1.26.8
+go 1.26.0
 
 require go.etcd.io/etcd/server/v3 v3.6.16
 

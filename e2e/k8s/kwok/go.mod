@@ -1,6 +1,6 @@
 module lifeboat.dev/e2e/k8s/kwok
 
-go 1.26.8
+go 1.26.0
 
 require sigs.k8s.io/kwok v0.8.0
 

@@ -1,1 +1,247 @@
-fn main() {}
+//! `fleet`: start, inspect, break and stop the local fleet of Kubernetes control planes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use lifeboat_e2e::fleet::{self, ClusterStatus, Fleet, FleetConfig};
+use lifeboat_e2e::{faults, kubeconfig};
+
+#[derive(Parser)]
+#[command(
+    name = "fleet",
+    about = "The Lifeboat local fleet: one hub and N member Kubernetes control planes on loopback"
+)]
+struct Cli {
+    /// Where the fleet keeps its state, certificates and logs (default: target/fleet).
+    #[arg(long, global = true)]
+    state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(clap::Args, Clone)]
+struct UpArgs {
+    /// Number of member clusters.
+    #[arg(long, default_value_t = 3)]
+    members: usize,
+    /// kwok nodes per member cluster.
+    #[arg(long, default_value_t = 4)]
+    nodes_per_member: usize,
+    /// nvidia.com/gpu per node.
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Seconds to wait for every cluster to become ready.
+    #[arg(long, default_value_t = 180)]
+    timeout: u64,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the fleet in the background and return once every cluster is ready.
+    Up(UpArgs),
+    /// Start the fleet, print its status, and keep it running until Ctrl-C; then tear it down.
+    Run(UpArgs),
+    /// Stop the fleet and remove everything `up` left behind.
+    Down,
+    /// Print each cluster's API address, kubeconfig, node count and readiness.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fail a pod: its first container terminates with the given exit code.
+    FailPod {
+        #[arg(long)]
+        cluster: String,
+        #[arg(short = 'n', long, default_value = "default")]
+        namespace: String,
+        pod: String,
+        #[arg(long)]
+        exit_code: i32,
+    },
+    /// Make a node NotReady (or Ready again with --ready).
+    NodeNotReady {
+        #[arg(long)]
+        cluster: String,
+        node: String,
+        /// Make the node Ready again instead.
+        #[arg(long)]
+        ready: bool,
+    },
+    /// Reclaim a spot node: taint it with a reclamation notice, then delete it after the notice.
+    ReclaimSpot {
+        #[arg(long)]
+        cluster: String,
+        node: String,
+        /// Seconds between the notice and the node's deletion.
+        #[arg(long, default_value_t = 30)]
+        notice_seconds: u64,
+    },
+    /// Set a node's Autopilot GPU health label (autopilot.ibm.com/gpuhealth).
+    GpuHealth {
+        #[arg(long)]
+        cluster: String,
+        node: String,
+        value: String,
+    },
+    /// Stop a cluster's kube-apiserver: the cluster refuses connections.
+    StopApiserver { cluster: String },
+    /// Start a stopped kube-apiserver again; the cluster comes back with its data.
+    StartApiserver { cluster: String },
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "warn,kube_client=off,lifeboat_e2e=info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let state_dir = cli.state_dir.unwrap_or_else(fleet::default_state_dir);
+    let runtime = tokio::runtime::Runtime::new().context("starting tokio")?;
+    runtime.block_on(run(cli.command, state_dir))
+}
+
+fn config(state_dir: PathBuf, args: &UpArgs) -> FleetConfig {
+    let mut config = FleetConfig::new(state_dir);
+    config.members = args.members;
+    config.nodes_per_member = args.nodes_per_member;
+    config.gpus_per_node = args.gpus_per_node;
+    config.ready_timeout = Duration::from_secs(args.timeout);
+    config
+}
+
+async fn run(command: Command, state_dir: PathBuf) -> anyhow::Result<()> {
+    match command {
+        Command::Up(args) => {
+            let started = std::time::Instant::now();
+            let fleet = Fleet::up(config(state_dir.clone(), &args)).await?;
+            print_status(&fleet.status().await);
+            fleet.detach();
+            eprintln!(
+                "fleet ready in {:.1}s; stop it with `fleet down` (state in {})",
+                started.elapsed().as_secs_f64(),
+                state_dir.display()
+            );
+        }
+        Command::Run(args) => {
+            let started = std::time::Instant::now();
+            let fleet = Fleet::up(config(state_dir, &args)).await?;
+            eprintln!("fleet ready in {:.1}s", started.elapsed().as_secs_f64());
+            print_status(&fleet.status().await);
+            eprintln!("press Ctrl-C to stop the fleet");
+            tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?;
+            eprintln!("stopping the fleet");
+            fleet.teardown();
+        }
+        Command::Down => match Fleet::load(&state_dir) {
+            Ok(fleet) => {
+                fleet.down()?;
+                eprintln!("fleet stopped and {} removed", state_dir.display());
+            }
+            Err(_) => {
+                let stopped = fleet::cleanup_stale(&state_dir)?;
+                eprintln!(
+                    "no fleet state in {}; {stopped} stray processes stopped",
+                    state_dir.display()
+                );
+            }
+        },
+        Command::Status { json } => {
+            let fleet = Fleet::load(&state_dir)?;
+            let status = fleet.status().await;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&status)?);
+            } else {
+                print_status(&status);
+            }
+            if status.iter().any(|s| !s.ready) {
+                std::process::exit(1);
+            }
+        }
+        Command::FailPod {
+            cluster,
+            namespace,
+            pod,
+            exit_code,
+        } => {
+            let client = client(&state_dir, &cluster).await?;
+            faults::fail_pod(&client, &namespace, &pod, exit_code).await?;
+            eprintln!("pod {namespace}/{pod} in {cluster} fails with exit code {exit_code}");
+        }
+        Command::NodeNotReady {
+            cluster,
+            node,
+            ready,
+        } => {
+            let client = client(&state_dir, &cluster).await?;
+            faults::set_node_ready(&client, &node, ready).await?;
+            eprintln!(
+                "node {node} in {cluster} is now {}",
+                if ready { "Ready" } else { "NotReady" }
+            );
+        }
+        Command::ReclaimSpot {
+            cluster,
+            node,
+            notice_seconds,
+        } => {
+            let client = client(&state_dir, &cluster).await?;
+            eprintln!(
+                "node {node} in {cluster}: reclamation notice, deletion in {notice_seconds}s"
+            );
+            faults::reclaim_spot_node(&client, &node, Duration::from_secs(notice_seconds)).await?;
+            eprintln!("node {node} in {cluster} reclaimed (deleted)");
+        }
+        Command::GpuHealth {
+            cluster,
+            node,
+            value,
+        } => {
+            let client = client(&state_dir, &cluster).await?;
+            faults::set_gpu_health(&client, &node, &value).await?;
+            eprintln!("node {node} in {cluster}: GPU health {value}");
+        }
+        Command::StopApiserver { cluster } => {
+            Fleet::load(&state_dir)?.stop_apiserver(&cluster)?;
+            eprintln!("kube-apiserver of {cluster} stopped");
+        }
+        Command::StartApiserver { cluster } => {
+            Fleet::load(&state_dir)?.start_apiserver(&cluster).await?;
+            eprintln!("kube-apiserver of {cluster} started and ready");
+        }
+    }
+    Ok(())
+}
+
+async fn client(state_dir: &std::path::Path, cluster: &str) -> anyhow::Result<kube::Client> {
+    let fleet = Fleet::load(state_dir)?;
+    Ok(kubeconfig::client(&fleet.kubeconfig(cluster)?).await?)
+}
+
+fn print_status(status: &[ClusterStatus]) {
+    println!(
+        "{:<10} {:<7} {:<6} {:<6} {:<15} {:<25} KUBECONFIG",
+        "CLUSTER", "ROLE", "READY", "NODES", "REGION", "API"
+    );
+    for s in status {
+        println!(
+            "{:<10} {:<7} {:<6} {:<6} {:<15} {:<25} {}",
+            s.name,
+            format!("{:?}", s.role).to_lowercase(),
+            if s.ready { "yes" } else { "no" },
+            format!("{}/{}", s.nodes_ready, s.nodes),
+            s.region.as_deref().unwrap_or("-"),
+            s.api_url,
+            s.kubeconfig.display()
+        );
+        if !s.ready {
+            println!("           not ready: {}", s.reason);
+        }
+    }
+}

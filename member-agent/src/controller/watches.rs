@@ -1,0 +1,301 @@
+//! Watches that keep the indexes current and trigger reconciles: pods with the AppWrapper label,
+//! nodes (health), and, started on first use, the wrapped objects of every kind AppWrappers use.
+//! Failures are noticed from these watches, not from a periodic poll.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::channel::mpsc::UnboundedSender;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
+use lifeboat_api::appwrapper::AppWrapper;
+use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
+
+use crate::index::{AwKey, ComponentIndex, PodIndex};
+use crate::node_health::NodeHealthIndex;
+
+pub type Trigger = UnboundedSender<ObjectRef<AppWrapper>>;
+
+pub fn trigger(tx: &Trigger, keys: impl IntoIterator<Item = AwKey>) {
+    for key in keys {
+        let _ = tx.unbounded_send(ObjectRef::new(&key.name).within(&key.namespace));
+    }
+}
+
+/// Applies one watcher event to an index, buffering a re-list until it is complete.
+pub struct Feeder<K> {
+    buffer: Option<Vec<K>>,
+}
+
+impl<K> Default for Feeder<K> {
+    fn default() -> Self {
+        Self { buffer: None }
+    }
+}
+
+impl<K> Feeder<K> {
+    /// Returns what to do: `Some(Reset(objs))`, `Some(Apply(obj))`, `Some(Delete(obj))`.
+    pub fn feed(&mut self, event: watcher::Event<K>) -> Option<Change<K>> {
+        match event {
+            watcher::Event::Init => {
+                self.buffer = Some(Vec::new());
+                None
+            }
+            watcher::Event::InitApply(obj) => {
+                self.buffer.get_or_insert_with(Vec::new).push(obj);
+                None
+            }
+            watcher::Event::InitDone => Some(Change::Reset(self.buffer.take().unwrap_or_default())),
+            watcher::Event::Apply(obj) => Some(Change::Apply(obj)),
+            watcher::Event::Delete(obj) => Some(Change::Delete(obj)),
+        }
+    }
+}
+
+pub enum Change<K> {
+    Reset(Vec<K>),
+    Apply(K),
+    Delete(K),
+}
+
+fn labelled() -> watcher::Config {
+    watcher::Config::default().labels(APPWRAPPER_LABEL)
+}
+
+async fn run<K, S>(name: &'static str, stream: S, mut on_change: impl FnMut(Change<K>))
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    let mut feeder = Feeder::default();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(event) => {
+                if let Some(change) = feeder.feed(event) {
+                    on_change(change);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(watch = name, error = %e, "watch error; retrying with backoff")
+            }
+        }
+    }
+}
+
+/// Watches the AppWrapper-labelled pods of the cluster.
+pub async fn watch_pods(client: kube::Client, pods: Arc<RwLock<PodIndex>>, tx: Trigger) {
+    let api: Api<Pod> = Api::all(client);
+    let stream = watcher(api, labelled()).default_backoff();
+    run("pods", stream, |change| {
+        let mut index = pods.write().unwrap_or_else(|e| e.into_inner());
+        let touched = match change {
+            Change::Reset(objs) => index.reset(objs),
+            Change::Apply(pod) => index.apply(pod),
+            Change::Delete(pod) => index.delete(&pod),
+        };
+        drop(index);
+        trigger(&tx, touched);
+    })
+    .await;
+}
+
+/// Watches nodes; when a node's health changes, the AppWrappers with pods on it are reconciled.
+pub async fn watch_nodes(
+    client: kube::Client,
+    nodes: Arc<RwLock<NodeHealthIndex>>,
+    pods: Arc<RwLock<PodIndex>>,
+    tx: Trigger,
+) {
+    let api: Api<Node> = Api::all(client);
+    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    run("nodes", stream, |change| {
+        let mut index = nodes.write().unwrap_or_else(|e| e.into_inner());
+        let affected: Vec<String> = match change {
+            Change::Reset(objs) => {
+                let before: Vec<String> = index.unhealthy_nodes().map(|(n, _)| n.clone()).collect();
+                index.reset(objs.iter());
+                before
+                    .into_iter()
+                    .chain(index.unhealthy_nodes().map(|(n, _)| n.clone()))
+                    .collect()
+            }
+            Change::Apply(node) => {
+                if index.apply(&node) {
+                    node.metadata.name.into_iter().collect()
+                } else {
+                    vec![]
+                }
+            }
+            Change::Delete(node) => {
+                let name = node.metadata.name.unwrap_or_default();
+                index.delete(&name);
+                vec![name]
+            }
+        };
+        drop(index);
+        if affected.is_empty() {
+            return;
+        }
+        let pods = pods.read().unwrap_or_else(|e| e.into_inner());
+        let keys: Vec<AwKey> = affected
+            .iter()
+            .flat_map(|n| pods.appwrappers_on_node(n))
+            .collect();
+        drop(pods);
+        trigger(&tx, keys);
+    })
+    .await;
+}
+
+/// Why a kind cannot be watched (not installed, discovery failed).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{api_version} {kind}: {reason}")]
+pub struct KindError {
+    pub api_version: String,
+    pub kind: String,
+    pub reason: String,
+    /// The kind does not exist on the API server (a fatal create error).
+    pub not_found: bool,
+}
+
+struct KindWatch {
+    resource: ApiResource,
+    index: Arc<RwLock<ComponentIndex>>,
+}
+
+/// Watches of wrapped kinds, started the first time an AppWrapper uses a kind.
+pub struct ComponentWatches {
+    client: kube::Client,
+    tx: Trigger,
+    kinds: Mutex<HashMap<(String, String), Arc<KindWatch>>>,
+    /// Kinds discovery did not find, and when; retried after a minute (a CRD may be installed).
+    missing: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl ComponentWatches {
+    pub fn new(client: kube::Client, tx: Trigger) -> Self {
+        Self {
+            client,
+            tx,
+            kinds: Mutex::new(HashMap::new()),
+            missing: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The API resource and index of a kind, starting its watch if needed.
+    pub async fn kind(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(ApiResource, Arc<RwLock<ComponentIndex>>), KindError> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(w) = self
+            .kinds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+        {
+            return Ok((w.resource.clone(), w.index.clone()));
+        }
+        let err = |reason: String, not_found: bool| KindError {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            reason,
+            not_found,
+        };
+        if let Some(when) = self
+            .missing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            && when.elapsed() < Duration::from_secs(60)
+        {
+            return Err(err("no such kind on the API server".into(), true));
+        }
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", api_version),
+        };
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        let resource = match kube::discovery::pinned_kind(&self.client, &gvk).await {
+            Ok((resource, _)) => resource,
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                self.missing
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, Instant::now());
+                return Err(err("no such kind on the API server".into(), true));
+            }
+            Err(kube::Error::Discovery(e)) => {
+                self.missing
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, Instant::now());
+                return Err(err(e.to_string(), true));
+            }
+            Err(e) => return Err(err(e.to_string(), false)),
+        };
+        let mut kinds = self.kinds.lock().unwrap_or_else(|e| e.into_inner());
+        let watch = kinds
+            .entry(key)
+            .or_insert_with(|| {
+                let index = Arc::new(RwLock::new(ComponentIndex::new(api_version, kind)));
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+                let stream = watcher(api, labelled()).default_backoff();
+                let (index2, tx) = (index.clone(), self.tx.clone());
+                let name = format!("{api_version} {kind}");
+                tokio::spawn(async move {
+                    tracing::info!(kind = %name, "watching wrapped kind");
+                    run("components", stream, |change| {
+                        let mut index = index2.write().unwrap_or_else(|e| e.into_inner());
+                        let touched = match change {
+                            Change::Reset(objs) => index.reset(objs),
+                            Change::Apply(obj) => index.apply(obj),
+                            Change::Delete(obj) => index.delete(&obj),
+                        };
+                        drop(index);
+                        trigger(&tx, touched);
+                    })
+                    .await;
+                });
+                Arc::new(KindWatch {
+                    resource: resource.clone(),
+                    index,
+                })
+            })
+            .clone();
+        Ok((watch.resource.clone(), watch.index.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn feeder_buffers_a_relist_until_done() {
+        let mut f: Feeder<u32> = Feeder::default();
+        assert!(f.feed(watcher::Event::Init).is_none());
+        assert!(f.feed(watcher::Event::InitApply(1)).is_none());
+        assert!(f.feed(watcher::Event::InitApply(2)).is_none());
+        match f.feed(watcher::Event::InitDone) {
+            Some(Change::Reset(v)) => assert_eq!(v, vec![1, 2]),
+            _ => panic!("expected a reset"),
+        }
+        assert!(matches!(
+            f.feed(watcher::Event::Apply(3)),
+            Some(Change::Apply(3))
+        ));
+        assert!(matches!(
+            f.feed(watcher::Event::Delete(3)),
+            Some(Change::Delete(3))
+        ));
+        // An empty relist resets to nothing.
+        f.feed(watcher::Event::Init);
+        assert!(matches!(f.feed(watcher::Event::InitDone), Some(Change::Reset(v)) if v.is_empty()));
+    }
+}

@@ -1,0 +1,1016 @@
+//! The AppWrapper controller on the local fleet: the scenario catalogue of the upstream
+//! operator (reference §6.4) and Lifeboat's improvements, with short grace periods set by
+//! annotation.
+//!
+//! Clusters: member-1 runs the workload scenarios; member-2 the ones that break nodes, each on
+//! a pool of nodes of its own; member-3 the standalone `lifeboat-agent` binary.
+
+mod support;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use lifeboat_api::appwrapper::AppWrapperPhase as Phase;
+use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
+use lifeboat_e2e::{faults, nodes, wait};
+use serde_json::json;
+use support::*;
+
+const M1: &str = "member-1";
+const M2: &str = "member-2";
+const M3: &str = "member-3";
+
+fn main() -> ExitCode {
+    harness::run(
+        "agent-controller",
+        |c| {
+            c.members = 3;
+            c.nodes_per_member = 6;
+        },
+        vec![
+            E2eTest::new("fundamental_kinds_run", fundamental_kinds_run),
+            E2eTest::new("mixed_components_run", mixed_components_run),
+            E2eTest::new(
+                "successful_job_succeeds_and_is_cleaned_after_ttl",
+                job_succeeds,
+            ),
+            E2eTest::new(
+                "failed_job_is_reset_up_to_retry_limit_then_failed",
+                job_retries_then_fails,
+            ),
+            E2eTest::new(
+                "deleted_component_fails_without_retry",
+                deleted_component_fails,
+            ),
+            E2eTest::new(
+                "stuck_init_container_is_detected_and_failed",
+                stuck_init_container,
+            ),
+            E2eTest::new("terminal_exit_code_fails_without_reset", terminal_exit_code),
+            E2eTest::new(
+                "exit_code_outside_retryable_list_is_terminal",
+                retryable_exit_codes,
+            ),
+            E2eTest::new("suspend_and_resume", suspend_and_resume),
+            E2eTest::new(
+                "forceful_deletion_frees_pods_stuck_terminating",
+                forceful_deletion,
+            ),
+            E2eTest::new(
+                "failed_pytorchjob_status_resets_the_appwrapper",
+                pytorchjob_failed,
+            ),
+            E2eTest::new(
+                "deleting_the_appwrapper_deletes_everything",
+                delete_appwrapper,
+            ),
+            E2eTest::new("pod_failure_is_noticed_from_the_watch", failure_from_watch),
+            E2eTest::new(
+                "unschedulable_pods_are_a_capacity_failure",
+                capacity_failure,
+            ),
+            E2eTest::new(
+                "malformed_annotation_is_reported_and_default_applies",
+                malformed_annotation,
+            ),
+            E2eTest::new("phase_changes_emit_events_and_metrics", events_and_metrics),
+            E2eTest::new(
+                "agent_restart_causes_no_false_missing_component",
+                agent_restart,
+            ),
+            E2eTest::new(
+                "node_not_ready_is_an_infrastructure_failure",
+                node_not_ready,
+            ),
+            E2eTest::new(
+                "autopilot_migrates_pods_off_an_evict_node",
+                autopilot_migration,
+            ),
+            E2eTest::new(
+                "spot_reclamation_notice_moves_the_workload",
+                spot_reclamation,
+            ),
+            E2eTest::new(
+                "standalone_agent_binary_installs_crd_and_runs",
+                standalone_binary,
+            ),
+        ],
+    )
+}
+
+fn pod(name: &str, command: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox",
+            "command": ["sh", "-c", command], "resources": {"requests": {"cpu": "250m"}}}]}})
+}
+
+fn statefulset(name: &str, replicas: i32) -> serde_json::Value {
+    json!({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main",
+                "image": "busybox", "command": ["sh", "-c", "sleep infinity"],
+                "resources": {"requests": {"cpu": "200m"}}}]}}}})
+}
+
+async fn fundamental_kinds_run(ctx: Arc<TestContext>) -> TestResult {
+    let mut generate_job = job("", "sleep infinity", 1, 0);
+    generate_job["metadata"] = json!({"generateName": "batchjob-"});
+    let cases = vec![
+        (
+            "two-pods",
+            vec![
+                pod("pod-a", "sleep infinity"),
+                pod("pod-b", "sleep infinity"),
+            ],
+        ),
+        ("deployment", vec![deployment("deploy", 2)]),
+        ("statefulset", vec![statefulset("sts", 2)]),
+        ("batch-job", vec![generate_job]),
+    ];
+    let mut apis = Vec::new();
+    for (name, components) in cases {
+        let api = create(&ctx, M1, &appwrapper(name, &[], components)?).await?;
+        apis.push((name, api));
+    }
+    for (name, api) in &apis {
+        let aw = until_ready(api, name).await?;
+        assert_eq!(
+            condition(&aw, "QuotaReserved").map(|c| c.0).as_deref(),
+            Some("True")
+        );
+        assert_eq!(
+            condition(&aw, "Unhealthy").map(|c| c.0).as_deref(),
+            Some("False")
+        );
+    }
+    for (name, api) in &apis {
+        consistently(api, name, Phase::Running, Duration::from_secs(3)).await?;
+    }
+    // generateName: the name was chosen and recorded before the create, and is what exists.
+    let (_, api) = &apis[3];
+    let aw = api.get("batch-job").await?;
+    let recorded = aw.status.unwrap_or_default().component_status[0]
+        .name
+        .clone();
+    assert!(recorded.starts_with("batchjob-") && recorded.len() > "batchjob-".len());
+    let jobs: Api<Job> = Api::namespaced(ctx.client(M1).await?, &ctx.namespace);
+    let job = jobs.get(&recorded).await?;
+    let owner = &job.metadata.owner_references.unwrap_or_default()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("AppWrapper", "batch-job", Some(true))
+    );
+    // Every pod carries the AppWrapper label injected at the podSet path.
+    assert_eq!(pods_of(&ctx, M1, "deployment").await?.len(), 2);
+    Ok(())
+}
+
+async fn mixed_components_run(ctx: Arc<TestContext>) -> TestResult {
+    let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "mixed-svc"},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "mixed-deploy"}}});
+    let components = vec![
+        pod("mixed-pod", "sleep infinity"),
+        deployment("mixed-deploy", 2),
+        statefulset("mixed-sts", 2),
+        service,
+        job("mixed-job", "sleep infinity", 1, 0),
+    ];
+    let api = create(&ctx, M1, &appwrapper("mixed", &[], components)?).await?;
+    let aw = until_ready(&api, "mixed").await?;
+    assert_eq!(aw.status.unwrap_or_default().component_status.len(), 5);
+    assert_eq!(pods_of(&ctx, M1, "mixed").await?.len(), 6);
+    consistently(&api, "mixed", Phase::Running, Duration::from_secs(5)).await
+}
+
+async fn job_succeeds(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "success",
+        &[("successTTLDuration", "3s")],
+        vec![job("success", "sleep 2", 2, 1)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let done = until_phase(&api, "success", Phase::Succeeded).await?;
+    assert_eq!(
+        condition(&done, "QuotaReserved").map(|c| (c.0, c.1)),
+        Some(("False".into(), "Succeeded".into()))
+    );
+    // After the TTL the resources are deleted; the AppWrapper stays.
+    until(
+        &api,
+        "success",
+        "resources deleted after the TTL",
+        T,
+        |aw| condition(aw, "ResourcesDeployed").is_some_and(|c| c.0 == "False"),
+    )
+    .await?;
+    let jobs: Api<Job> = Api::namespaced(ctx.client(M1).await?, &ctx.namespace);
+    wait::until("job deleted", T, || async {
+        match jobs.get_opt("success").await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("job still there".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    assert_eq!(phase(&api.get("success").await?), Phase::Succeeded);
+    Ok(())
+}
+
+async fn job_retries_then_fails(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "retries",
+        &[
+            ("failureGracePeriodDuration", "0s"),
+            ("retryLimit", "2"),
+            ("retryPausePeriodDuration", "1s"),
+        ],
+        vec![job("retries", "sleep 1; exit 1", 1, 1)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    until_phase(&api, "retries", Phase::Resetting).await?;
+    let failed = until_phase(&api, "retries", Phase::Failed).await?;
+    let status = failed.status.clone().unwrap_or_default();
+    assert_eq!(status.retries, 2);
+    let unhealthy = condition(&failed, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.0, "True");
+    assert!(unhealthy.2.starts_with("[Application]"), "{unhealthy:?}");
+    let resets = status
+        .transitions
+        .iter()
+        .filter(|t| t.phase == Phase::Resetting)
+        .count();
+    assert_eq!(resets, 2);
+    // Resources and quota are released after failing.
+    until(&api, "retries", "quota released", T, |aw| {
+        condition(aw, "QuotaReserved").is_some_and(|c| c.0 == "False")
+            && condition(aw, "ResourcesDeployed").is_some_and(|c| c.0 == "False")
+    })
+    .await?;
+    assert!(pods_of(&ctx, M1, "retries").await?.is_empty());
+    Ok(())
+}
+
+async fn deleted_component_fails(ctx: Arc<TestContext>) -> TestResult {
+    let api = create(
+        &ctx,
+        M1,
+        &appwrapper("victim", &[], vec![deployment("victim", 2)])?,
+    )
+    .await?;
+    until_ready(&api, "victim").await?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client(M1).await?, &ctx.namespace);
+    deployments
+        .delete("victim", &DeleteParams::default())
+        .await?;
+    let failed = until_phase(&api, "victim", Phase::Failed).await?;
+    assert_eq!(
+        failed.status.clone().unwrap_or_default().retries,
+        0,
+        "no retry for a deleted component"
+    );
+    let unhealthy = condition(&failed, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "MissingComponent");
+    assert!(
+        unhealthy
+            .2
+            .contains("Only found 0 deployed components, but was expecting 1")
+    );
+    Ok(())
+}
+
+async fn stuck_init_container(ctx: Arc<TestContext>) -> TestResult {
+    let mut stuck = job("stuck", "sleep 5", 1, 0);
+    stuck["spec"]["template"]["spec"]["initContainers"] =
+        json!([{"name": "init", "image": "busybox", "command": ["sh", "-c", "sleep 100000"]}]);
+    let aw = appwrapper(
+        "stuck",
+        &[
+            ("failureGracePeriodDuration", "1s"),
+            ("warmupGracePeriodDuration", "3s"),
+            ("admissionGracePeriodDuration", "3s"),
+            ("retryLimit", "1"),
+            ("retryPausePeriodDuration", "1s"),
+        ],
+        vec![stuck],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    until_phase(&api, "stuck", Phase::Running).await?;
+    let resetting = until_phase(&api, "stuck", Phase::Resetting).await?;
+    let unhealthy = condition(&resetting, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "InsufficientPodsReady");
+    assert!(unhealthy.2.contains("WarmupGracePeriod"), "{unhealthy:?}");
+    let failed = until_phase(&api, "stuck", Phase::Failed).await?;
+    assert_eq!(failed.status.unwrap_or_default().retries, 1);
+    Ok(())
+}
+
+async fn terminal_exit_code(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "terminal",
+        &[
+            ("failureGracePeriodDuration", "0s"),
+            ("terminalExitCodes", "3, 42"),
+            ("retryLimit", "5"),
+        ],
+        vec![job("terminal", "sleep 1; exit 3", 1, 0)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let failed = until_phase(&api, "terminal", Phase::Failed).await?;
+    let status = failed.status.clone().unwrap_or_default();
+    assert_eq!(status.retries, 0, "a terminal exit code is not retried");
+    assert!(
+        !status
+            .transitions
+            .iter()
+            .any(|t| t.phase == Phase::Resetting)
+    );
+    let message = status
+        .transitions
+        .last()
+        .and_then(|t| t.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("terminal"), "{message}");
+    assert!(
+        condition(&failed, "Unhealthy")
+            .unwrap_or_default()
+            .2
+            .starts_with("[Application]")
+    );
+    Ok(())
+}
+
+async fn retryable_exit_codes(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "retryable",
+        &[
+            ("failureGracePeriodDuration", "0s"),
+            ("retryableExitCodes", "1"),
+            ("retryLimit", "5"),
+        ],
+        vec![job("retryable", "sleep 1; exit 2", 1, 0)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let failed = until_phase(&api, "retryable", Phase::Failed).await?;
+    assert_eq!(failed.status.unwrap_or_default().retries, 0);
+    Ok(())
+}
+
+async fn suspend_and_resume(ctx: Arc<TestContext>) -> TestResult {
+    let api = create(
+        &ctx,
+        M1,
+        &appwrapper("pausable", &[], vec![deployment("pausable", 2)])?,
+    )
+    .await?;
+    until_ready(&api, "pausable").await?;
+    set_suspend(&api, "pausable", true).await?;
+    let suspended = until_phase(&api, "pausable", Phase::Suspended).await?;
+    assert_eq!(
+        condition(&suspended, "QuotaReserved")
+            .map(|c| c.0)
+            .as_deref(),
+        Some("False")
+    );
+    assert_eq!(
+        condition(&suspended, "ResourcesDeployed")
+            .map(|c| c.0)
+            .as_deref(),
+        Some("False")
+    );
+    assert!(
+        pods_of(&ctx, M1, "pausable").await?.is_empty(),
+        "suspension deletes every pod first"
+    );
+    set_suspend(&api, "pausable", false).await?;
+    let resumed = until_ready(&api, "pausable").await?;
+    assert_eq!(
+        resumed.status.unwrap_or_default().retries,
+        0,
+        "suspension is not a retry"
+    );
+    Ok(())
+}
+
+async fn forceful_deletion(ctx: Arc<TestContext>) -> TestResult {
+    // The Job's pod fails; the Deployment's running pod never finishes a graceful deletion (a
+    // stuck kubelet). Failed pods are removed at once by the API server, running ones are not.
+    let failing = job("hanging-fail", "sleep 1; exit 1", 1, 0);
+    let mut hanging = deployment("hanging-run", 1);
+    hanging["spec"]["template"]["metadata"]["annotations"] =
+        json!({"fleet.lifeboat.dev/hang-on-delete": "true"});
+    let aw = appwrapper(
+        "hanging",
+        &[
+            ("failureGracePeriodDuration", "0s"),
+            ("retryPausePeriodDuration", "0s"),
+            ("forcefulDeletionGracePeriodDuration", "3s"),
+            ("retryLimit", "1"),
+        ],
+        vec![failing, hanging],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    until_phase(&api, "hanging", Phase::Resetting).await?;
+    // The graceful delete leaves the pod Terminating.
+    let pods: Api<Pod> = Api::namespaced(ctx.client(M1).await?, &ctx.namespace);
+    let terminating = wait::until("pod terminating", T, || async {
+        let list = pods
+            .list(&ListParams::default().labels("workload.codeflare.dev/appwrapper=hanging"))
+            .await
+            .map_err(|e| e.to_string())?;
+        if list
+            .items
+            .iter()
+            .any(|p| p.metadata.deletion_timestamp.is_some())
+        {
+            Ok(Instant::now())
+        } else {
+            Err(format!("{} pods, none terminating", list.items.len()))
+        }
+    })
+    .await?;
+    // After the forceful deletion grace they are deleted with grace 0 and the reset completes.
+    let resumed = until(&api, "hanging", "reset completed", T, |aw| {
+        aw.status.as_ref().is_some_and(|s| {
+            s.transitions.iter().any(|t| {
+                t.phase == Phase::Resuming
+                    && t.reason == "Resuming"
+                    && t.message.as_deref() == Some("Reset complete; resuming")
+            })
+        })
+    })
+    .await?;
+    assert!(
+        terminating.elapsed() >= Duration::from_secs(2),
+        "not before the forceful grace"
+    );
+    assert_eq!(resumed.status.unwrap_or_default().retries, 1);
+    Ok(())
+}
+
+async fn install_pytorchjob_crd(ctx: &TestContext) -> TestResult {
+    let crds: Api<CustomResourceDefinition> = Api::all(ctx.client(M1).await?);
+    let crd: CustomResourceDefinition = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pytorchjobs.kubeflow.org"},
+        "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))?;
+    match crds.create(&PostParams::default(), &crd).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(e.into()),
+    }
+    wait::until("PyTorchJob CRD established", T, || async {
+        let crd = crds
+            .get("pytorchjobs.kubeflow.org")
+            .await
+            .map_err(|e| e.to_string())?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            Ok(())
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn pytorchjob_failed(ctx: Arc<TestContext>) -> TestResult {
+    install_pytorchjob_crd(&ctx).await?;
+    let pytorch = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ptj"},
+        "spec": {"pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}},
+            "Worker": {"replicas": 2, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}}}}});
+    // No training operator runs here: the PyTorchJob never makes pods, so the admission grace
+    // is long; its status is written by the test as the operator would.
+    let aw = appwrapper(
+        "ptj",
+        &[("retryLimit", "1"), ("retryPausePeriodDuration", "1s")],
+        vec![pytorch],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let running = until_phase(&api, "ptj", Phase::Running).await?;
+    let pod_sets = running.status.unwrap_or_default().component_status[0]
+        .pod_sets
+        .clone();
+    assert_eq!(
+        pod_sets
+            .iter()
+            .map(|p| p.replicas_or_default())
+            .sum::<i32>(),
+        3,
+        "inferred Master + 2 Workers"
+    );
+    let gvk = GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob");
+    let jobs: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client(M1).await?,
+        &ctx.namespace,
+        &ApiResource::from_gvk(&gvk),
+    );
+    let failed = json!({"status": {"conditions": [{"type": "Failed", "status": "True", "reason": "PyTorchJobFailed", "message": "PyTorchJob ptj is failed because 1 Worker replica(s) failed."}]}});
+    jobs.patch_status("ptj", &PatchParams::default(), &Patch::Merge(&failed))
+        .await?;
+    let resetting = until_phase(&api, "ptj", Phase::Resetting).await?;
+    let unhealthy = condition(&resetting, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "FailedComponent");
+    assert!(unhealthy.2.contains("PyTorchJobFailed"), "{unhealthy:?}");
+    assert_eq!(resetting.status.unwrap_or_default().retries, 1);
+    // Recreated as a fresh PyTorchJob (no Failed condition), back to Running.
+    until(&api, "ptj", "recreated", T, |aw| {
+        phase(aw) == Phase::Running
+            && aw.status.as_ref().is_some_and(|s| {
+                s.transitions
+                    .iter()
+                    .filter(|t| t.phase == Phase::Running)
+                    .count()
+                    == 2
+            })
+    })
+    .await?;
+    let again = jobs.get("ptj").await?;
+    assert!(
+        again
+            .data
+            .get("status")
+            .is_none_or(|s| s.get("conditions").is_none())
+    );
+    Ok(())
+}
+
+async fn delete_appwrapper(ctx: Arc<TestContext>) -> TestResult {
+    let api = create(
+        &ctx,
+        M1,
+        &appwrapper(
+            "doomed",
+            &[],
+            vec![
+                deployment("doomed", 2),
+                job("doomed-job", "sleep infinity", 1, 1),
+            ],
+        )?,
+    )
+    .await?;
+    until_ready(&api, "doomed").await?;
+    api.delete("doomed", &DeleteParams::default()).await?;
+    wait::until("AppWrapper gone", T, || async {
+        match api.get_opt("doomed").await {
+            Ok(None) => Ok(()),
+            Ok(Some(aw)) => Err(format!("still there, phase {:?}", phase(&aw))),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    // The finalizer was removed only once every pod was gone.
+    assert!(pods_of(&ctx, M1, "doomed").await?.is_empty());
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client(M1).await?, &ctx.namespace);
+    assert!(deployments.get_opt("doomed").await?.is_none());
+    Ok(())
+}
+
+async fn failure_from_watch(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "watched",
+        &[("failureGracePeriodDuration", "1h")],
+        vec![job("watched", "sleep infinity", 2, 1)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    until_ready(&api, "watched").await?;
+    let pod = pods_of(&ctx, M1, "watched")
+        .await?
+        .into_iter()
+        .next()
+        .ok_or("no pod")?;
+    let failed_at = Instant::now();
+    faults::fail_pod(
+        &ctx.client(M1).await?,
+        &ctx.namespace,
+        &pod.metadata.name.unwrap_or_default(),
+        137,
+    )
+    .await?;
+    // Upstream notices a failed pod of a ready workload only at its next 60 s poll; the pod
+    // watch must bring it well within that.
+    let aw = until(
+        &api,
+        "watched",
+        "Unhealthy=True",
+        Duration::from_secs(20),
+        |aw| condition(aw, "Unhealthy").is_some_and(|c| c.0 == "True"),
+    )
+    .await?;
+    assert!(failed_at.elapsed() < Duration::from_secs(20));
+    let unhealthy = condition(&aw, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "FoundFailedPods");
+    assert!(unhealthy.2.contains("exit code 137"), "{unhealthy:?}");
+    assert_eq!(
+        phase(&aw),
+        Phase::Running,
+        "the failure grace (1h) is still running"
+    );
+    Ok(())
+}
+
+async fn capacity_failure(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "too-big",
+        &[
+            ("admissionGracePeriodDuration", "2s"),
+            ("warmupGracePeriodDuration", "2s"),
+            ("retryLimit", "0"),
+        ],
+        vec![job("too-big", "sleep 5", 1, 64)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let failed = until_phase(&api, "too-big", Phase::Failed).await?;
+    let unhealthy = condition(&failed, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "InsufficientPodsReady");
+    assert!(
+        unhealthy.2.starts_with("[Capacity]") && unhealthy.2.contains("nvidia.com/gpu"),
+        "{unhealthy:?}"
+    );
+    Ok(())
+}
+
+async fn malformed_annotation(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "odd",
+        &[
+            ("retryLimit", "abc"),
+            ("failureGracePeriodDuration", "222badTime"),
+        ],
+        vec![deployment("odd", 1)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let ready = until_ready(&api, "odd").await?;
+    let invalid =
+        condition(&ready, "InvalidAnnotations").ok_or("no InvalidAnnotations condition")?;
+    assert_eq!(
+        (invalid.0.as_str(), invalid.1.as_str()),
+        ("True", "MalformedAnnotation")
+    );
+    assert!(
+        invalid.2.contains("retryLimit") && invalid.2.contains("abc"),
+        "{invalid:?}"
+    );
+    assert!(
+        invalid.2.contains("failureGracePeriodDuration"),
+        "{invalid:?}"
+    );
+    let events = events_of(&ctx, M1, "odd").await?;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("MalformedAnnotation")),
+        "{events:?}"
+    );
+    Ok(())
+}
+
+async fn events_of(
+    ctx: &TestContext,
+    cluster: &str,
+    name: &str,
+) -> Result<Vec<Event>, harness::TestError> {
+    let events: Api<Event> = Api::namespaced(ctx.client(cluster).await?, &ctx.namespace);
+    Ok(wait::until("events recorded", T, || async {
+        let list = events
+            .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+            .await
+            .map_err(|e| e.to_string())?;
+        if list.items.is_empty() {
+            Err("no events yet".to_string())
+        } else {
+            Ok(list.items)
+        }
+    })
+    .await?)
+}
+
+async fn events_and_metrics(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "observed",
+        &[("failureGracePeriodDuration", "0s"), ("retryLimit", "0")],
+        vec![job("observed", "sleep 1; exit 1", 1, 0)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    until_phase(&api, "observed", Phase::Failed).await?;
+    let events = wait::until("phase events", T, || async {
+        let events = events_of(&ctx, M1, "observed")
+            .await
+            .map_err(|e| e.to_string())?;
+        let reasons: Vec<String> = events.iter().filter_map(|e| e.reason.clone()).collect();
+        if ["Suspended", "Resuming", "Running", "Failed"]
+            .iter()
+            .all(|r| reasons.iter().any(|x| x == r))
+        {
+            Ok(events)
+        } else {
+            Err(format!("reasons so far: {reasons:?}"))
+        }
+    })
+    .await?;
+    let failed = events
+        .iter()
+        .find(|e| e.reason.as_deref() == Some("Failed"))
+        .ok_or("no Failed event")?;
+    assert_eq!(failed.type_.as_deref(), Some("Warning"));
+    assert!(
+        failed
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("Running -> Failed")
+    );
+    let metrics_addr = agent(&ctx, M1).await?;
+    let body = http_get(metrics_addr, "/metrics").await?;
+    let line = format!(
+        "appwrapper_phase_total{{namespace=\"{}\",phase=\"Failed\"}}",
+        ctx.namespace
+    );
+    assert!(body.contains(&line), "no {line} in metrics");
+    assert!(body.contains("lifeboat_agent_reconciles_total"));
+    Ok(())
+}
+
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String, harness::TestError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await?;
+    Ok(body)
+}
+
+async fn agent_restart(ctx: Arc<TestContext>) -> TestResult {
+    let mut apis = Vec::new();
+    for i in 0..5 {
+        let name = format!("steady-{i}");
+        let api = create(
+            &ctx,
+            M1,
+            &appwrapper(
+                &name,
+                &[],
+                vec![
+                    deployment(&name, 1),
+                    job(&format!("{name}-job"), "sleep infinity", 1, 0),
+                ],
+            )?,
+        )
+        .await?;
+        apis.push((name, api));
+    }
+    for (name, api) in &apis {
+        until_ready(api, name).await?;
+    }
+    // A restarted agent starts with empty caches: it must not take "not cached yet" for
+    // "deleted" (upstream #416 failed such workloads at once, without retry).
+    for _ in 0..3 {
+        restart_agent(&ctx, M1).await?;
+        for (name, api) in &apis {
+            consistently(api, name, Phase::Running, Duration::from_millis(500)).await?;
+        }
+    }
+    for (name, api) in &apis {
+        let aw = api.get(name).await?;
+        assert_eq!(phase(&aw), Phase::Running);
+        assert!(
+            !aw.status
+                .unwrap_or_default()
+                .transitions
+                .iter()
+                .any(|t| t.reason == "MissingComponent")
+        );
+    }
+    Ok(())
+}
+
+fn node(cluster: &str, i: usize) -> String {
+    nodes::node_name(cluster, i)
+}
+
+/// A Job pinned by nodeSelector to a pool of labelled nodes.
+fn pinned_job(name: &str, pool: &str) -> serde_json::Value {
+    let mut j = job(name, "sleep infinity", 1, 1);
+    j["spec"]["template"]["spec"]["nodeSelector"] = json!({"lifeboat-e2e/pool": pool});
+    j
+}
+
+async fn node_of_pod(
+    ctx: &TestContext,
+    cluster: &str,
+    aw: &str,
+) -> Result<String, harness::TestError> {
+    let pods = pods_of(ctx, cluster, aw).await?;
+    let running = pods
+        .iter()
+        .find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+        })
+        .ok_or("no running pod")?;
+    Ok(running
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default())
+}
+
+async fn node_not_ready(ctx: Arc<TestContext>) -> TestResult {
+    let target = node(M2, 4);
+    label_nodes(
+        &ctx,
+        M2,
+        std::slice::from_ref(&target),
+        "lifeboat-e2e/pool",
+        "notready",
+    )
+    .await?;
+    let aw = appwrapper(
+        "on-bad-node",
+        &[("failureGracePeriodDuration", "2s"), ("retryLimit", "0")],
+        vec![pinned_job("on-bad-node", "notready")],
+    )?;
+    let api = create(&ctx, M2, &aw).await?;
+    until_ready(&api, "on-bad-node").await?;
+    let client = ctx.client(M2).await?;
+    faults::set_node_ready(&client, &target, false).await?;
+    let failed = until_phase(&api, "on-bad-node", Phase::Failed).await;
+    faults::set_node_ready(&client, &target, true).await?;
+    let failed = failed?;
+    let unhealthy = condition(&failed, "Unhealthy").unwrap_or_default();
+    assert!(
+        unhealthy.2.starts_with("[Infrastructure]") && unhealthy.2.contains("NotReady"),
+        "{unhealthy:?}"
+    );
+    Ok(())
+}
+
+async fn autopilot_migration(ctx: Arc<TestContext>) -> TestResult {
+    let pool = [node(M2, 0), node(M2, 2)];
+    label_nodes(&ctx, M2, &pool, "lifeboat-e2e/pool", "autopilot").await?;
+    let api = create(
+        &ctx,
+        M2,
+        &appwrapper("migrant", &[], vec![pinned_job("migrant", "autopilot")])?,
+    )
+    .await?;
+    until_ready(&api, "migrant").await?;
+    let first = node_of_pod(&ctx, M2, "migrant").await?;
+    // The GPU pod was given Autopilot's anti-affinity at creation.
+    let pod = pods_of(&ctx, M2, "migrant")
+        .await?
+        .into_iter()
+        .next()
+        .ok_or("no pod")?;
+    let affinity = serde_json::to_string(&pod.spec.as_ref().and_then(|s| s.affinity.clone()))?;
+    assert!(
+        affinity.contains("autopilot.ibm.com/gpuhealth") && affinity.contains("EVICT"),
+        "{affinity}"
+    );
+    let client = ctx.client(M2).await?;
+    faults::set_gpu_health(&client, &first, "EVICT").await?;
+    let result = async {
+        until_phase(&api, "migrant", Phase::Resetting).await?;
+        let aw = until(&api, "migrant", "running again elsewhere", T, |aw| {
+            phase(aw) == Phase::Running
+                && aw.status.as_ref().is_some_and(|s| {
+                    s.transitions
+                        .iter()
+                        .any(|t| t.reason == "AutopilotNoExecute")
+                })
+                && condition(aw, "PodsReady").is_some_and(|c| c.0 == "True")
+        })
+        .await?;
+        Ok::<_, harness::TestError>(aw)
+    }
+    .await;
+    faults::set_gpu_health(&client, &first, nodes::GPU_HEALTHY).await?;
+    let aw = result?;
+    assert_eq!(
+        aw.status.unwrap_or_default().retries,
+        0,
+        "an Autopilot migration is not a retry"
+    );
+    let second = node_of_pod(&ctx, M2, "migrant").await?;
+    assert_ne!(first, second, "the new pod avoids the EVICT node");
+    Ok(())
+}
+
+async fn spot_reclamation(ctx: Arc<TestContext>) -> TestResult {
+    let pool = [node(M2, 1), node(M2, 3)];
+    label_nodes(&ctx, M2, &pool, "lifeboat-e2e/pool", "spot").await?;
+    let api = create(
+        &ctx,
+        M2,
+        &appwrapper(
+            "spotty",
+            &[("retryPausePeriodDuration", "0s")],
+            vec![pinned_job("spotty", "spot")],
+        )?,
+    )
+    .await?;
+    until_ready(&api, "spotty").await?;
+    let first = node_of_pod(&ctx, M2, "spotty").await?;
+    let client = ctx.client(M2).await?;
+    // A two minute notice (AWS's): the workload moves long before the node goes.
+    faults::announce_spot_reclamation(&client, &first, Duration::from_secs(120)).await?;
+    let aw = until(&api, "spotty", "moved off the reclaimed node", T, |aw| {
+        phase(aw) == Phase::Running
+            && aw
+                .status
+                .as_ref()
+                .is_some_and(|s| s.transitions.iter().any(|t| t.reason == "SpotReclamation"))
+            && condition(aw, "PodsReady").is_some_and(|c| c.0 == "True")
+    })
+    .await?;
+    let reset = aw
+        .status
+        .clone()
+        .unwrap_or_default()
+        .transitions
+        .into_iter()
+        .find(|t| t.reason == "SpotReclamation")
+        .ok_or("no reset")?;
+    assert!(
+        reset
+            .message
+            .unwrap_or_default()
+            .starts_with("[Infrastructure]")
+    );
+    assert_eq!(aw.status.unwrap_or_default().retries, 0);
+    assert_ne!(node_of_pod(&ctx, M2, "spotty").await?, first);
+    Ok(())
+}
+
+async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
+    let kubeconfig = ctx.fleet.kubeconfig(M3)?;
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log = ctx.fleet.state_dir().join("lifeboat-agent-member-3.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_lifeboat-agent"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--cluster-name")
+        .arg(M3)
+        .arg("--metrics-bind")
+        .arg(format!("127.0.0.1:{metrics_port}"))
+        .stdout(std::fs::File::create(&log)?)
+        .stderr(std::fs::File::create(log.with_extension("err"))?)
+        .spawn()?;
+    let result = async {
+        let client = ctx.client(M3).await?;
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        wait::until("CRD installed by the agent", T, || async {
+            crds.get_opt("appwrappers.workload.codeflare.dev")
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| "not yet".to_string())
+        })
+        .await?;
+        let ns = ctx.namespace(M3).await?;
+        let api: Api<lifeboat_api::appwrapper::AppWrapper> = Api::namespaced(client, &ns);
+        // The CRD may be installed but not yet served; retry the create briefly.
+        let aw = appwrapper("standalone", &[], vec![job("standalone", "sleep 2", 1, 1)])?;
+        wait::until("AppWrapper created", T, || async {
+            match api.create(&PostParams::default(), &aw).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await?;
+        until_phase(&api, "standalone", Phase::Succeeded).await?;
+        let body = http_get(([127, 0, 0, 1], metrics_port).into(), "/metrics").await?;
+        assert!(
+            body.contains("appwrapper_phase_total"),
+            "metrics served by the binary"
+        );
+        Ok::<_, harness::TestError>(())
+    }
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
