@@ -45,6 +45,12 @@ pub mod runtime;
 pub mod sandbox;
 pub mod yaml;
 
+// Behaviour tests through the public API (in the library so `cargo test --lib` runs them).
+#[cfg(test)]
+mod tests_lazy;
+#[cfg(test)]
+mod tests_sandbox;
+
 pub use customization::{CustomizationTarget, ResourceInterpreterCustomization};
 pub use error::{CustomizationError, InterpretError, Limit, RunError};
 pub use interpreter::Interpreter;

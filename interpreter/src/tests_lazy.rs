@@ -1,10 +1,9 @@
 //! Lazy arguments behave like plain tables: every way a script can look at an object sees the
 //! same values as with eager conversion, and untouched parts come back unchanged.
-#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 use std::sync::Arc;
 
-use lifeboat_interpreter::{HealthState, Interpreter, Runtime, RuntimeConfig};
+use crate::{HealthState, Interpreter, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 
 fn interpreter(field: &str, script: &str) -> Interpreter {

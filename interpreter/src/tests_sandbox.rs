@@ -1,12 +1,9 @@
 //! Sandbox behaviour: restricted libraries, limits that survive pcall, clean globals, caching.
-#![allow(clippy::unwrap_used)] // test helpers: a panic is the failure report
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lifeboat_interpreter::{
-    HealthState, InterpretError, Interpreter, Limit, Limits, Runtime, RuntimeConfig,
-};
+use crate::{HealthState, InterpretError, Interpreter, Limit, Limits, Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 
 fn widget() -> Value {
