@@ -235,6 +235,12 @@ mod tests {
             ),
         )
         .unwrap();
+        // An input fixture (a plain object, as older Karmada trees keep) is neither run nor counted.
+        std::fs::write(
+            kind.join("testdata/observed-widget.yaml"),
+            "apiVersion: example.com/v1\nkind: Widget\nstatus:\n  ready: false\n",
+        )
+        .unwrap();
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
         let report = conformance::run_dir(&dir, &runtime).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
