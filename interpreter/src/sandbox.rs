@@ -451,6 +451,11 @@ impl Sandbox {
         scoped.map_err(|e| RunError::Input(lua_error_message(&e)))?
     }
 
+    /// Scripts compiled and cached in this state.
+    pub fn cached_scripts(&self) -> usize {
+        self.factories.len()
+    }
+
     /// Bytes currently held by the state.
     pub fn used_memory(&self) -> usize {
         self.lua.used_memory()

@@ -341,3 +341,29 @@ fn pool_reuses_states_and_threads_share_it() {
     assert!((1..=2).contains(&idle), "idle states: {idle}");
     assert!(bytes > 0);
 }
+
+#[test]
+fn scripts_are_compiled_once_per_state() {
+    let interpreter = interpreter_with(
+        Limits::default(),
+        1,
+        "function InterpretHealth(obj) return obj.status.ready end",
+    );
+    // Loading compiled the script once (to check it); evaluations reuse that chunk.
+    let cached = |i: &Interpreter| {
+        i.runtime()
+            .with_sandbox(|s| Ok(s.cached_scripts()))
+            .unwrap()
+    };
+    assert_eq!(cached(&interpreter), 1);
+    for _ in 0..5 {
+        interpreter.interpret_health(&widget()).unwrap();
+    }
+    assert_eq!(cached(&interpreter), 1);
+    healthy_after(interpreter.runtime());
+    assert_eq!(
+        cached(&interpreter),
+        2,
+        "a second script gets its own chunk"
+    );
+}
