@@ -1,0 +1,479 @@
+//! Kubernetes resource quantities (`resource.Quantity`): parsing, exact addition, comparison and
+//! the canonical string form, as the `kube` helpers and the result comparisons need them.
+//!
+//! A value is kept exactly as `mantissa * 10^exponent` (binary suffixes are folded into the
+//! mantissa), so `"1Gi" + "512Mi"` and `"1" == "1000m"` are exact. Like Kubernetes, parsing
+//! rounds anything finer than nano units up to `1n`.
+
+use std::cmp::Ordering;
+use std::fmt;
+
+/// How a quantity prints, taken from the suffix it was written with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantityFormat {
+    /// `Ki`, `Mi`, `Gi`, ...
+    BinarySI,
+    /// `m`, `k`, `M`, `G`, ... or no suffix.
+    DecimalSI,
+    /// `1e3`, `5E-3`.
+    DecimalExponent,
+}
+
+/// An exact Kubernetes quantity.
+#[derive(Debug, Clone, Copy)]
+pub struct Quantity {
+    mantissa: i128,
+    exponent: i32,
+    format: QuantityFormat,
+}
+
+/// A quantity string that does not follow the Kubernetes grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quantity {text:?}: {reason}")]
+pub struct QuantityError {
+    pub text: String,
+    pub reason: &'static str,
+}
+
+const NANO_EXPONENT: i32 = -9;
+
+impl Quantity {
+    /// Zero, printed as `0`.
+    pub const ZERO: Quantity = Quantity {
+        mantissa: 0,
+        exponent: 0,
+        format: QuantityFormat::DecimalSI,
+    };
+
+    /// Parses `123`, `1.5`, `100m`, `2Gi`, `1e3`, `-5k`, `.5`.
+    pub fn parse(text: &str) -> Result<Quantity, QuantityError> {
+        let err = |reason| QuantityError {
+            text: text.to_string(),
+            reason,
+        };
+        if text.is_empty() {
+            return Err(err("empty"));
+        }
+        let bytes = text.as_bytes();
+        let mut pos = 0;
+        let mut negative = false;
+        if bytes[0] == b'+' || bytes[0] == b'-' {
+            negative = bytes[0] == b'-';
+            pos = 1;
+        }
+        let int_start = pos;
+        while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+            pos += 1;
+        }
+        let int_digits = &text[int_start..pos];
+        let mut frac_digits = "";
+        if pos < bytes.len() && bytes[pos] == b'.' {
+            pos += 1;
+            let frac_start = pos;
+            while pos < bytes.len() && bytes[pos].is_ascii_digit() {
+                pos += 1;
+            }
+            frac_digits = &text[frac_start..pos];
+        }
+        if int_digits.is_empty() && frac_digits.is_empty() {
+            return Err(err("no digits"));
+        }
+        let suffix = &text[pos..];
+        let (format, exponent10, binary_shift) =
+            parse_suffix(suffix).ok_or_else(|| err("unknown suffix"))?;
+
+        let mut mantissa: i128 = 0;
+        for digit in int_digits.bytes().chain(frac_digits.bytes()) {
+            mantissa = mantissa
+                .checked_mul(10)
+                .and_then(|m| m.checked_add(i128::from(digit - b'0')))
+                .ok_or_else(|| err("too many digits"))?;
+        }
+        let frac_len = i32::try_from(frac_digits.len()).map_err(|_| err("too many digits"))?;
+        let mut exponent = exponent10 - frac_len;
+        if binary_shift > 0 {
+            mantissa = mantissa
+                .checked_mul(1i128 << binary_shift)
+                .ok_or_else(|| err("value too large"))?;
+        }
+        if negative {
+            mantissa = -mantissa;
+        }
+        // Finer than nano: round away from zero to nano precision, like Kubernetes.
+        if exponent < NANO_EXPONENT {
+            let shift = u32::try_from(NANO_EXPONENT - exponent)
+                .map_err(|_| err("exponent out of range"))?;
+            let divisor = 10i128
+                .checked_pow(shift)
+                .ok_or_else(|| err("exponent out of range"))?;
+            let rounded = mantissa / divisor;
+            let remainder = mantissa % divisor;
+            mantissa = if remainder > 0 {
+                rounded + 1
+            } else if remainder < 0 {
+                rounded - 1
+            } else {
+                rounded
+            };
+            exponent = NANO_EXPONENT;
+        }
+        let mut quantity = Quantity {
+            mantissa,
+            exponent,
+            format,
+        };
+        quantity.normalize();
+        if format == QuantityFormat::BinarySI && quantity.mantissa != 0 && quantity.abs_below_one()
+        {
+            quantity.format = QuantityFormat::DecimalSI;
+        }
+        Ok(quantity)
+    }
+
+    /// A quantity of whole units (`NewQuantity`).
+    pub fn from_units(value: i64, format: QuantityFormat) -> Quantity {
+        let mut q = Quantity {
+            mantissa: i128::from(value),
+            exponent: 0,
+            format,
+        };
+        q.normalize();
+        q
+    }
+
+    /// A quantity of thousandths (`NewMilliQuantity`).
+    pub fn from_millis(value: i64, format: QuantityFormat) -> Quantity {
+        let mut q = Quantity {
+            mantissa: i128::from(value),
+            exponent: -3,
+            format,
+        };
+        q.normalize();
+        q
+    }
+
+    pub fn format(&self) -> QuantityFormat {
+        self.format
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.mantissa == 0
+    }
+
+    pub fn is_negative(&self) -> bool {
+        self.mantissa < 0
+    }
+
+    /// Exact sum; the result keeps the format of `self`, or of `other` when `self` is zero
+    /// (Kubernetes `Quantity.Add`).
+    pub fn checked_add(&self, other: &Quantity) -> Option<Quantity> {
+        let format = if self.mantissa == 0 {
+            other.format
+        } else {
+            self.format
+        };
+        let exponent = self.exponent.min(other.exponent);
+        let a = scale_to(self.mantissa, self.exponent, exponent)?;
+        let b = scale_to(other.mantissa, other.exponent, exponent)?;
+        let mut q = Quantity {
+            mantissa: a.checked_add(b)?,
+            exponent,
+            format,
+        };
+        q.normalize();
+        Some(q)
+    }
+
+    /// Whole units, rounded up (`Quantity.Value`).
+    pub fn value(&self) -> i64 {
+        self.scaled_ceil(0)
+    }
+
+    /// Thousandths, rounded up (`Quantity.MilliValue`).
+    pub fn milli_value(&self) -> i64 {
+        self.scaled_ceil(-3)
+    }
+
+    /// An approximate float (`AsApproximateFloat64`).
+    pub fn as_f64(&self) -> f64 {
+        (self.mantissa as f64) * 10f64.powi(self.exponent)
+    }
+
+    fn scaled_ceil(&self, target_exponent: i32) -> i64 {
+        let value = if self.exponent >= target_exponent {
+            scale_to(self.mantissa, self.exponent, target_exponent).unwrap_or(
+                if self.mantissa < 0 {
+                    i128::MIN
+                } else {
+                    i128::MAX
+                },
+            )
+        } else {
+            let shift = u32::try_from(target_exponent - self.exponent).unwrap_or(u32::MAX);
+            match 10i128.checked_pow(shift) {
+                Some(divisor) => {
+                    let q = self.mantissa / divisor;
+                    let r = self.mantissa % divisor;
+                    // Rounds away from zero, like Kubernetes' RoundUp.
+                    if r > 0 {
+                        q + 1
+                    } else if r < 0 {
+                        q - 1
+                    } else {
+                        q
+                    }
+                }
+                None => {
+                    if self.mantissa > 0 {
+                        1
+                    } else if self.mantissa < 0 {
+                        -1
+                    } else {
+                        0
+                    }
+                }
+            }
+        };
+        i64::try_from(value).unwrap_or(if value < 0 { i64::MIN } else { i64::MAX })
+    }
+
+    fn abs_below_one(&self) -> bool {
+        self.cmp_value(&Quantity::from_units(1, QuantityFormat::DecimalSI)) == Ordering::Less
+            && self.cmp_value(&Quantity::from_units(-1, QuantityFormat::DecimalSI))
+                == Ordering::Greater
+    }
+
+    /// Removes trailing decimal zeros from the mantissa so equal values compare structurally.
+    fn normalize(&mut self) {
+        if self.mantissa == 0 {
+            self.exponent = 0;
+            return;
+        }
+        while self.mantissa % 10 == 0 {
+            self.mantissa /= 10;
+            self.exponent += 1;
+        }
+    }
+
+    /// Compares values, ignoring formats.
+    pub fn cmp_value(&self, other: &Quantity) -> Ordering {
+        let exponent = self.exponent.min(other.exponent);
+        match (
+            scale_to(self.mantissa, self.exponent, exponent),
+            scale_to(other.mantissa, other.exponent, exponent),
+        ) {
+            (Some(a), Some(b)) => a.cmp(&b),
+            // Only reachable for absurd exponents: fall back to floats.
+            _ => self.as_f64().total_cmp(&other.as_f64()),
+        }
+    }
+
+    /// The canonical string (`Quantity.String()` for a computed quantity).
+    pub fn canonical(&self) -> String {
+        let mut format = self.format;
+        if format == QuantityFormat::BinarySI {
+            let below_1024 = self.cmp_value(&Quantity::from_units(1024, QuantityFormat::DecimalSI))
+                == Ordering::Less
+                && self.cmp_value(&Quantity::from_units(-1024, QuantityFormat::DecimalSI))
+                    == Ordering::Greater;
+            if below_1024 || self.exponent < 0 {
+                format = QuantityFormat::DecimalSI;
+            }
+        }
+        if self.mantissa == 0 {
+            return "0".to_string();
+        }
+        match format {
+            QuantityFormat::BinarySI => {
+                // Integral and at least 1024 in magnitude here.
+                let mut value = scale_to(self.mantissa, self.exponent, 0).unwrap_or(self.mantissa);
+                let mut power = 0;
+                while power < 6 && value % 1024 == 0 {
+                    value /= 1024;
+                    power += 1;
+                }
+                let suffix = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"][power];
+                format!("{value}{suffix}")
+            }
+            QuantityFormat::DecimalSI | QuantityFormat::DecimalExponent => {
+                let mut mantissa = self.mantissa;
+                let mut exponent = self.exponent;
+                // Exponent down to a multiple of three.
+                let rem = exponent.rem_euclid(3);
+                if rem != 0 {
+                    mantissa *= 10i128.pow(rem as u32);
+                    exponent -= rem;
+                }
+                if format == QuantityFormat::DecimalExponent {
+                    if exponent == 0 {
+                        return format!("{mantissa}");
+                    }
+                    return format!("{mantissa}e{exponent}");
+                }
+                let suffix = match exponent {
+                    -9 => "n",
+                    -6 => "u",
+                    -3 => "m",
+                    0 => "",
+                    3 => "k",
+                    6 => "M",
+                    9 => "G",
+                    12 => "T",
+                    15 => "P",
+                    18 => "E",
+                    _ => return format!("{mantissa}e{exponent}"),
+                };
+                format!("{mantissa}{suffix}")
+            }
+        }
+    }
+}
+
+impl PartialEq for Quantity {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp_value(other) == Ordering::Equal
+    }
+}
+
+impl fmt::Display for Quantity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.canonical())
+    }
+}
+
+fn scale_to(mantissa: i128, from: i32, to: i32) -> Option<i128> {
+    if from == to {
+        return Some(mantissa);
+    }
+    if from > to {
+        let shift = u32::try_from(from - to).ok()?;
+        mantissa.checked_mul(10i128.checked_pow(shift)?)
+    } else {
+        let shift = u32::try_from(to - from).ok()?;
+        Some(mantissa / 10i128.checked_pow(shift)?)
+    }
+}
+
+/// Returns (format, decimal exponent, binary shift).
+fn parse_suffix(suffix: &str) -> Option<(QuantityFormat, i32, u32)> {
+    use QuantityFormat::*;
+    Some(match suffix {
+        "" => (DecimalSI, 0, 0),
+        "n" => (DecimalSI, -9, 0),
+        "u" => (DecimalSI, -6, 0),
+        "m" => (DecimalSI, -3, 0),
+        "k" => (DecimalSI, 3, 0),
+        "M" => (DecimalSI, 6, 0),
+        "G" => (DecimalSI, 9, 0),
+        "T" => (DecimalSI, 12, 0),
+        "P" => (DecimalSI, 15, 0),
+        "E" => (DecimalSI, 18, 0),
+        "Ki" => (BinarySI, 0, 10),
+        "Mi" => (BinarySI, 0, 20),
+        "Gi" => (BinarySI, 0, 30),
+        "Ti" => (BinarySI, 0, 40),
+        "Pi" => (BinarySI, 0, 50),
+        "Ei" => (BinarySI, 0, 60),
+        _ => {
+            let rest = suffix
+                .strip_prefix('e')
+                .or_else(|| suffix.strip_prefix('E'))?;
+            let digits = rest.strip_prefix(['+', '-']).unwrap_or(rest);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) || digits.len() > 4
+            {
+                return None;
+            }
+            (DecimalExponent, rest.parse().ok()?, 0)
+        }
+    })
+}
+
+/// Parses a quantity given as a JSON value: a string, or a bare number (Kubernetes accepts both).
+pub fn quantity_from_json(value: &serde_json::Value) -> Result<Quantity, QuantityError> {
+    match value {
+        serde_json::Value::String(s) => Quantity::parse(s),
+        serde_json::Value::Number(n) => Quantity::parse(&n.to_string()),
+        other => Err(QuantityError {
+            text: other.to_string(),
+            reason: "not a string or number",
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(s: &str) -> Quantity {
+        Quantity::parse(s).unwrap()
+    }
+
+    #[test]
+    fn canonical_forms_match_kubernetes() {
+        for (input, canonical) in [
+            ("1", "1"),
+            ("1000m", "1"),
+            ("1.5", "1500m"),
+            ("0.5", "500m"),
+            ("2048m", "2048m"),
+            ("1Gi", "1Gi"),
+            ("1024Mi", "1Gi"),
+            ("1536Mi", "1536Mi"),
+            ("1000", "1k"),
+            ("1e3", "1e3"),
+            ("1.5Gi", "1536Mi"),
+            ("100Mi", "100Mi"),
+            ("0", "0"),
+            ("0m", "0"),
+            ("512", "512"),
+            ("12e2", "1200"),
+            ("-5k", "-5k"),
+            (".5", "500m"),
+            ("0.0000000001", "1n"),
+        ] {
+            assert_eq!(q(input).canonical(), canonical, "canonical of {input}");
+        }
+    }
+
+    #[test]
+    fn rejects_malformed_quantities() {
+        for bad in ["", "abc", "1K", "1.2.3", "Mi", "1 Gi", "--1", "1e"] {
+            assert!(Quantity::parse(bad).is_err(), "{bad} should not parse");
+        }
+    }
+
+    #[test]
+    fn addition_is_exact_and_keeps_first_format() {
+        let sum = q("1Gi").checked_add(&q("512Mi")).unwrap();
+        assert_eq!(sum.canonical(), "1536Mi");
+        let sum = Quantity::ZERO
+            .checked_add(&q("250m"))
+            .unwrap()
+            .checked_add(&q("1"))
+            .unwrap();
+        assert_eq!(sum.canonical(), "1250m");
+        let sum = q("100Mi").checked_add(&q("1G")).unwrap();
+        assert_eq!(sum.canonical(), "1104857600");
+    }
+
+    #[test]
+    fn value_and_milli_value_round_up() {
+        assert_eq!(q("1500m").value(), 2);
+        assert_eq!(q("1Ki").value(), 1024);
+        assert_eq!(q("0.1m").milli_value(), 1);
+        assert_eq!(q("2").milli_value(), 2000);
+        assert_eq!(q("500m").as_f64(), 0.5);
+    }
+
+    #[test]
+    fn equality_ignores_representation() {
+        assert_eq!(q("1"), q("1000m"));
+        assert_eq!(q("1Ki"), q("1024"));
+        assert_ne!(q("1k"), q("1Ki"));
+        assert_eq!(quantity_from_json(&serde_json::json!(2)).unwrap(), q("2"));
+        assert_eq!(
+            quantity_from_json(&serde_json::json!(0.5)).unwrap(),
+            q("500m")
+        );
+    }
+}

@@ -1,0 +1,623 @@
+//! One sandboxed Lua 5.4 state: restricted libraries, per-evaluation limits, clean globals and
+//! a compiled-chunk cache.
+//!
+//! Clean globals without re-parsing: each script is compiled once per state as
+//! `return function(_ENV, ...) <script> end`. An evaluation calls that factory with a fresh
+//! environment table holding the base functions and the read-only libraries, so the script's
+//! top-level code (and its `local`s) run anew and nothing it writes survives the call.
+//!
+//! Limits: a count hook charges an instruction budget and checks the wall clock; the state's
+//! allocator enforces a memory ceiling. `pcall`/`xpcall` are wrapped so that once a limit has
+//! tripped they re-raise instead of letting the script carry on.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use mlua::{
+    Function, HookTriggers, IntoLua, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue,
+    VmState,
+};
+
+use serde_json::Value;
+
+use crate::convert::{EncodeError, json_to_lua, lua_shaped, lua_to_json_with, number_to_lua};
+use crate::error::{Limit, RunError};
+use crate::kube;
+
+/// Instructions between two budget checks. Small enough that a tripped limit stops a script
+/// within microseconds, large enough that the hook costs little.
+const HOOK_INTERVAL: u32 = 1000;
+
+/// Scripts cached per state before the cache is dropped and rebuilt (bounds memory when
+/// customizations are replaced many times).
+const MAX_CACHED_SCRIPTS: usize = 512;
+
+/// The message Lua uses for allocation failures.
+const LUA_MEMORY_ERROR: &str = "not enough memory";
+
+/// Per-evaluation limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Lua VM instructions one evaluation may execute.
+    pub instructions: u64,
+    /// Bytes one evaluation may allocate on top of what the state already holds.
+    pub memory_bytes: usize,
+    /// Wall-clock time one evaluation may take.
+    pub wall_clock: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            instructions: 10_000_000,
+            memory_bytes: 32 * 1024 * 1024,
+            wall_clock: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A compiled-once unit: a named Lua script.
+#[derive(Debug)]
+pub struct Script {
+    pub(crate) id: u64,
+    pub(crate) name: String,
+    pub(crate) source: String,
+}
+
+impl Script {
+    pub fn new(name: impl Into<String>, source: impl Into<String>) -> Script {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        Script {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name: name.into(),
+            source: source.into(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+}
+
+const TRIP_NONE: u8 = 0;
+const TRIP_INSTRUCTIONS: u8 = 1;
+const TRIP_WALL_CLOCK: u8 = 2;
+const TRIP_MEMORY: u8 = 3;
+
+/// Shared between the hook, the pcall guard and the evaluation.
+struct Budget {
+    instructions_left: AtomicI64,
+    deadline_nanos: AtomicU64,
+    tripped: AtomicU8,
+    epoch: Instant,
+}
+
+impl Budget {
+    fn trip(&self, what: u8) {
+        let _ =
+            self.tripped
+                .compare_exchange(TRIP_NONE, what, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn tripped(&self) -> Option<Limit> {
+        match self.tripped.load(Ordering::Relaxed) {
+            TRIP_INSTRUCTIONS => Some(Limit::Instructions),
+            TRIP_WALL_CLOCK => Some(Limit::WallClock),
+            TRIP_MEMORY => Some(Limit::Memory),
+            _ => None,
+        }
+    }
+}
+
+/// A Lua state ready to run scripts.
+pub struct Sandbox {
+    lua: Lua,
+    run: Function,
+    lazy_metatable: Table,
+    factories: HashMap<u64, Function>,
+    budget: Arc<Budget>,
+    limits: Limits,
+}
+
+/// Lua code run once per state with the real globals: builds the base environment scripts see.
+const SETUP: &str = r##"
+local fatal, kube = ...
+local G = _G
+local pcall, xpcall, error, setmetatable, getmetatable, tostring, type, pairs =
+  pcall, xpcall, error, setmetatable, getmetatable, tostring, type, pairs
+local rawget, rawset, rawlen, next, select = rawget, rawset, rawlen, next, select
+local string, table, math, os = string, table, math, os
+
+-- Lazy arguments: an object argument is an empty table with this metatable until first use;
+-- then `materialize` (set per evaluation, from Rust) fills in one level and drops the metatable,
+-- leaving a plain table. Scripts cannot tell: raw access functions are not offered.
+local materialize
+local LAZY = {}
+LAZY.__index = function(t, k) materialize(t) return rawget(t, k) end
+LAZY.__newindex = function(t, k, v) materialize(t) rawset(t, k, v) end
+LAZY.__len = function(t) materialize(t) return rawlen(t) end
+LAZY.__pairs = function(t) materialize(t) return next, t, nil end
+local function lazy_next(t, k)
+  if getmetatable(t) == LAZY then materialize(t) end
+  return next(t, k)
+end
+-- Helpers that read whole pod templates get fully materialized tables.
+local function deep(v, depth)
+  if type(v) == "table" and depth < 100 then
+    for _, child in pairs(v) do deep(child, depth + 1) end
+  end
+end
+local kube_lazy = {}
+for name, f in pairs(kube) do
+  kube_lazy[name] = function(...)
+    for i = 1, select("#", ...) do deep((select(i, ...)), 0) end
+    return f(...)
+  end
+end
+
+local function readonly(name, lib)
+  return setmetatable({}, {
+    __index = lib,
+    __newindex = function() error("attempt to modify the read-only library '" .. name .. "'", 2) end,
+  })
+end
+
+-- The string library without dump; 5.1 names kept for old scripts.
+local str = {}
+for k, v in G.pairs(string) do str[k] = v end
+str.dump = nil
+str.gfind = string.gmatch
+-- Method calls on strings ("x"):upper() use the same restricted table.
+G.getmetatable("").__index = str
+
+local tab = {}
+for k, v in G.pairs(table) do tab[k] = v end
+tab.getn = function(t) return #t end
+tab.maxn = function(t)
+  local n = 0
+  for k in pairs(t) do if type(k) == "number" and k > n then n = k end end
+  return n
+end
+
+local m = {}
+for k, v in G.pairs(math) do m[k] = v end
+m.pow = function(x, y) return x ^ y end
+m.log10 = function(x) return math.log(x, 10) end
+m.mod = math.fmod
+
+local function pass(ok, ...)
+  if not ok and fatal((...)) then error((...), 0) end
+  return ok, ...
+end
+
+local kube_module = readonly("kube", kube_lazy)
+
+local base = {
+  _VERSION = G._VERSION,
+  assert = G.assert,
+  error = error,
+  ipairs = G.ipairs,
+  next = lazy_next,
+  pairs = G.pairs,
+  select = G.select,
+  tonumber = G.tonumber,
+  tostring = tostring,
+  type = type,
+  unpack = table.unpack,
+  print = function() end,
+  pcall = function(f, ...) return pass(pcall(f, ...)) end,
+  xpcall = function(f, handler, ...)
+    return pass(xpcall(f, function(e) if fatal(e) then return e end return handler(e) end, ...))
+  end,
+  require = function(name)
+    if name == "kube" then return kube_module end
+    error("module '" .. tostring(name) .. "' not found: only 'kube' is available", 2)
+  end,
+  string = readonly("string", str),
+  table = readonly("table", tab),
+  math = readonly("math", m),
+  os = readonly("os", { time = os.time, date = os.date }),
+}
+for _, name in G.ipairs({
+  "collectgarbage", "dofile", "getfenv", "getmetatable", "load", "loadfile", "loadstring",
+  "rawequal", "rawget", "rawlen", "rawset", "setfenv", "setmetatable", "module", "newproxy",
+}) do
+  base[name] = function()
+    error("call function " .. name .. " is not supported in the Lifeboat resource interpreter", 2)
+  end
+end
+-- Each evaluation gets a plain table holding the base names (assigning nil to a global hides
+-- the built-in, as in Karmada's plain globals table); built by one table constructor.
+local fields = {}
+for name in pairs(base) do fields[#fields + 1] = name .. " = b." .. name end
+local make = G.load("local b = ...\nreturn function()\n local e = {" .. table.concat(fields, ", ")
+  .. "}\n e._G = e\n return e\nend", "=lifeboat-env", "t", {})
+local new_env = make(base)
+
+-- One call per evaluation: install the materializer, run the script body in fresh globals,
+-- call the operation's function.
+local function run(factory, name, materializer, ...)
+  materialize = materializer
+  local env = new_env()
+  factory(env)
+  local f = rawget(env, name)
+  if f == nil then error("not found function " .. name, 0) end
+  if type(f) ~= "function" then error(name .. " is not a function: " .. type(f), 0) end
+  return f(...)
+end
+return run, LAZY
+"##;
+
+impl Sandbox {
+    /// Builds a fresh state with the restricted libraries.
+    pub fn new(limits: Limits) -> Result<Sandbox, RunError> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::OS,
+            LuaOptions::new(),
+        )
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+        let budget = Arc::new(Budget {
+            instructions_left: AtomicI64::new(i64::MAX),
+            deadline_nanos: AtomicU64::new(u64::MAX),
+            tripped: AtomicU8::new(TRIP_NONE),
+            epoch: Instant::now(),
+        });
+
+        let fatal_budget = budget.clone();
+        let fatal = lua
+            .create_function(move |_, error: LuaValue| {
+                if fatal_budget.tripped().is_some() {
+                    return Ok(true);
+                }
+                let memory = match &error {
+                    LuaValue::String(s) => s.as_bytes().as_ref() == LUA_MEMORY_ERROR.as_bytes(),
+                    LuaValue::Error(e) => matches!(e.as_ref(), mlua::Error::MemoryError(_)),
+                    _ => false,
+                };
+                if memory {
+                    fatal_budget.trip(TRIP_MEMORY);
+                }
+                Ok(memory)
+            })
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+        let kube = kube::module(&lua).map_err(|e| RunError::Setup(e.to_string()))?;
+        let (run, lazy_metatable): (Function, Table) = lua
+            .load(SETUP)
+            .set_name("=lifeboat-sandbox")
+            .call((fatal, kube))
+            .map_err(|e| RunError::Setup(e.to_string()))?;
+
+        // Only the sandbox's environment tables reach scripts: drop the real globals that the
+        // setup captured, so nothing else can find them.
+        let globals = lua.globals();
+        for pair in globals.clone().pairs::<LuaValue, LuaValue>() {
+            let (key, _) = pair.map_err(|e| RunError::Setup(e.to_string()))?;
+            globals
+                .raw_set(key, LuaValue::Nil)
+                .map_err(|e| RunError::Setup(e.to_string()))?;
+        }
+
+        // Evaluations leave only short-lived garbage: the generational collector handles that
+        // with less work than full incremental cycles.
+        lua.gc_set_mode(mlua::state::GcMode::Generational(
+            mlua::state::GcGenParams::default(),
+        ));
+
+        let hook_budget = budget.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_INTERVAL),
+            move |_, _| {
+                if let Some(limit) = hook_budget.tripped() {
+                    return Err(mlua::Error::runtime(limit.message()));
+                }
+                let left = hook_budget
+                    .instructions_left
+                    .fetch_sub(i64::from(HOOK_INTERVAL), Ordering::Relaxed)
+                    - i64::from(HOOK_INTERVAL);
+                if left < 0 {
+                    hook_budget.trip(TRIP_INSTRUCTIONS);
+                    return Err(mlua::Error::runtime(Limit::Instructions.message()));
+                }
+                let now = hook_budget.epoch.elapsed().as_nanos() as u64;
+                if now > hook_budget.deadline_nanos.load(Ordering::Relaxed) {
+                    hook_budget.trip(TRIP_WALL_CLOCK);
+                    return Err(mlua::Error::runtime(Limit::WallClock.message()));
+                }
+                Ok(VmState::Continue)
+            },
+        )
+        .map_err(|e| RunError::Setup(e.to_string()))?;
+
+        Ok(Sandbox {
+            lua,
+            run,
+            lazy_metatable,
+            factories: HashMap::new(),
+            budget,
+            limits,
+        })
+    }
+
+    /// The Lua state (for converting values in and out).
+    pub fn lua(&self) -> &Lua {
+        &self.lua
+    }
+
+    /// Compiles a script (once per state). Errors carry the Lua message with its line.
+    pub fn compile(&mut self, script: &Script) -> Result<Function, RunError> {
+        if let Some(f) = self.factories.get(&script.id) {
+            return Ok(f.clone());
+        }
+        // `_ENV` as the first parameter gives each call its own globals; the script stays on
+        // the first line so error lines match the customization.
+        let wrapped = format!("return function(_ENV, ...) {}\nend", script.source);
+        let chunk = self
+            .lua
+            .load(wrapped)
+            .set_name(format!("={}", script.name))
+            .into_function()
+            .map_err(|e| RunError::Compile(lua_error_message(&e)))?;
+        let factory: Function = chunk
+            .call(())
+            .map_err(|e| RunError::Compile(lua_error_message(&e)))?;
+        if self.factories.len() >= MAX_CACHED_SCRIPTS {
+            self.factories.clear();
+        }
+        self.factories.insert(script.id, factory.clone());
+        Ok(factory)
+    }
+
+    /// Runs `function_name` from `script` with `args`, and hands the results to `take_results`
+    /// while the state (and the lazy arguments' sources) are still at hand.
+    pub fn evaluate<'a, R>(
+        &mut self,
+        script: &Script,
+        function_name: &str,
+        args: &[Arg<'a>],
+        take_results: impl FnOnce(&Lua, MultiValue, &Outputs<'_, 'a>) -> Result<R, RunError>,
+    ) -> Result<R, RunError> {
+        let factory = self.compile(script)?;
+        let lua = &self.lua;
+        let lazy = Lazy {
+            nodes: RefCell::new(HashMap::new()),
+            metatable: self.lazy_metatable.clone(),
+        };
+        let budget = &self.budget;
+        let limits = self.limits;
+        let run = &self.run;
+
+        let scoped = lua.scope(|scope| {
+            let materializer =
+                scope.create_function(|lua, table: Table| lazy.materialize(lua, &table))?;
+            let mut lua_args = Vec::with_capacity(args.len() + 3);
+            lua_args.push(LuaValue::Function(factory.clone()));
+            lua_args.push(LuaValue::String(lua.create_string(function_name)?));
+            lua_args.push(LuaValue::Function(materializer));
+            for arg in args {
+                lua_args.push(match arg {
+                    Arg::Object(value) => lazy.value(lua, value)?,
+                    Arg::Integer(i) => LuaValue::Integer(*i),
+                });
+            }
+
+            // Arm the limits.
+            budget.instructions_left.store(
+                i64::try_from(limits.instructions).unwrap_or(i64::MAX),
+                Ordering::Relaxed,
+            );
+            let deadline = budget.epoch.elapsed() + limits.wall_clock;
+            budget.deadline_nanos.store(
+                u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX),
+                Ordering::Relaxed,
+            );
+            budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
+            let ceiling = lua.used_memory().saturating_add(limits.memory_bytes);
+            let _ = lua.set_memory_limit(ceiling);
+
+            let outcome = run.call::<MultiValue>(MultiValue::from_vec(lua_args));
+
+            let _ = lua.set_memory_limit(0);
+            let tripped = budget.tripped();
+            // Disarm: conversions after the call are not charged.
+            budget.instructions_left.store(i64::MAX, Ordering::Relaxed);
+            budget.deadline_nanos.store(u64::MAX, Ordering::Relaxed);
+            budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
+
+            if let Some(limit) = tripped {
+                if limit == Limit::Memory {
+                    let _ = lua.gc_collect();
+                }
+                return Ok(Err(RunError::Limit(limit)));
+            }
+            Ok(match outcome {
+                Ok(results) => take_results(lua, results, &Outputs { lazy: &lazy }),
+                Err(e) => {
+                    if is_memory_error(&e) {
+                        let _ = lua.gc_collect();
+                        Err(RunError::Limit(Limit::Memory))
+                    } else {
+                        Err(RunError::Script(lua_error_message(&e)))
+                    }
+                }
+            })
+        });
+        scoped.map_err(|e| RunError::Input(lua_error_message(&e)))?
+    }
+
+    /// Scripts compiled and cached in this state.
+    pub fn cached_scripts(&self) -> usize {
+        self.factories.len()
+    }
+
+    /// Bytes currently held by the state.
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+}
+
+/// An argument of an evaluation.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// A JSON value, passed lazily: converted level by level as the script reads it.
+    Object(&'a Value),
+    Integer(i64),
+}
+
+/// Objects and lists with at most this many scalar fields are converted eagerly.
+const EAGER_MAX_FIELDS: usize = 8;
+
+fn is_flat(value: &Value) -> bool {
+    let scalar = |v: &Value| !v.is_object() && !v.is_array();
+    match value {
+        Value::Object(map) => map.values().all(scalar),
+        Value::Array(items) => items.iter().all(scalar),
+        _ => true,
+    }
+}
+
+/// Sources of the lazy tables of one evaluation, by table address. A table's address is only
+/// trusted while the table still carries the lazy metatable: a collected proxy's address may be
+/// reused by a plain table.
+struct Lazy<'a> {
+    nodes: RefCell<HashMap<usize, &'a Value>>,
+    metatable: Table,
+}
+
+impl<'a> Lazy<'a> {
+    /// A Lua value for `value`: non-empty objects and lists become lazy tables.
+    fn value(&self, lua: &Lua, value: &'a Value) -> mlua::Result<LuaValue> {
+        let (narr, nrec) = match value {
+            Value::Object(map) if !map.is_empty() => (0, map.len()),
+            Value::Array(items) if !items.is_empty() => (items.len(), 0),
+            other => return json_to_lua(lua, other),
+        };
+        // Small all-scalar objects and lists (conditions, labels, selectors) are cheaper to
+        // convert at once than to proxy and materialize later.
+        if narr + nrec <= EAGER_MAX_FIELDS && is_flat(value) {
+            let table = lua.create_table_with_capacity(narr, nrec)?;
+            match value {
+                Value::Object(map) => {
+                    for (key, child) in map {
+                        self.set(lua, &table, key.as_str(), child)?;
+                    }
+                }
+                Value::Array(items) => {
+                    for (index, child) in (1..).zip(items.iter().filter(|c| !c.is_null())) {
+                        self.set(lua, &table, index, child)?;
+                    }
+                }
+                _ => {}
+            }
+            return Ok(LuaValue::Table(table));
+        }
+        let table = lua.create_table_with_capacity(narr, nrec)?;
+        table.set_metatable(Some(self.metatable.clone()))?;
+        self.nodes
+            .borrow_mut()
+            .insert(table.to_pointer() as usize, value);
+        Ok(LuaValue::Table(table))
+    }
+
+    /// Fills a lazy table with its source's first level and makes it a plain table.
+    /// Only called from the lazy metatable's metamethods, so `table` is a proxy.
+    fn materialize(&self, lua: &Lua, table: &Table) -> mlua::Result<()> {
+        let Some(node) = self
+            .nodes
+            .borrow_mut()
+            .remove(&(table.to_pointer() as usize))
+        else {
+            return Ok(());
+        };
+        table.set_metatable(None)?;
+        // The input is bounded and trusted: convert it outside the script's memory ceiling
+        // (which also spares every call below mlua's protected mode).
+        let ceiling = lua.set_memory_limit(0).unwrap_or(0);
+        let filled = (|| {
+            match node {
+                Value::Object(map) => {
+                    for (key, child) in map {
+                        self.set(lua, table, key.as_str(), child)?;
+                    }
+                }
+                Value::Array(items) => {
+                    for (index, child) in (1..).zip(items.iter().filter(|c| !c.is_null())) {
+                        self.set(lua, table, index, child)?;
+                    }
+                }
+                _ => {}
+            }
+            Ok(())
+        })();
+        let _ = lua.set_memory_limit(ceiling);
+        filled
+    }
+
+    /// Sets one field; scalars are pushed directly (no intermediate Lua handles).
+    fn set(
+        &self,
+        lua: &Lua,
+        table: &Table,
+        key: impl IntoLua,
+        child: &'a Value,
+    ) -> mlua::Result<()> {
+        match child {
+            Value::Null => Ok(()),
+            Value::Bool(b) => table.raw_set(key, *b),
+            Value::String(text) => table.raw_set(key, text.as_str()),
+            Value::Number(n) => table.raw_set(key, number_to_lua(n)),
+            _ => table.raw_set(key, self.value(lua, child)?),
+        }
+    }
+
+    /// The source of a table not materialized yet.
+    fn source(&self, table: &Table) -> Option<&'a Value> {
+        if table.metatable().as_ref() != Some(&self.metatable) {
+            return None;
+        }
+        self.nodes
+            .borrow()
+            .get(&(table.to_pointer() as usize))
+            .copied()
+    }
+}
+
+/// Converts an evaluation's Lua results to JSON; untouched lazy tables come straight from
+/// their JSON source, shaped as Lua would have returned them.
+pub struct Outputs<'l, 'a> {
+    lazy: &'l Lazy<'a>,
+}
+
+impl Outputs<'_, '_> {
+    pub fn to_json(&self, value: &LuaValue) -> Result<Value, EncodeError> {
+        lua_to_json_with(value, &|table| self.lazy.source(table).map(lua_shaped))
+    }
+}
+
+fn is_memory_error(e: &mlua::Error) -> bool {
+    match e {
+        mlua::Error::MemoryError(_) => true,
+        mlua::Error::CallbackError { cause, .. } => is_memory_error(cause),
+        mlua::Error::WithContext { cause, .. } => is_memory_error(cause),
+        mlua::Error::RuntimeError(msg) => msg == LUA_MEMORY_ERROR,
+        _ => false,
+    }
+}
+
+/// The Lua error text without mlua's decorations (tracebacks stay out of one-line reports).
+pub(crate) fn lua_error_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::RuntimeError(message) => message.clone(),
+        mlua::Error::MemoryError(message) => message.clone(),
+        mlua::Error::CallbackError { cause, .. } => lua_error_message(cause),
+        mlua::Error::WithContext { cause, .. } => lua_error_message(cause),
+        other => other.to_string(),
+    }
+}
