@@ -28,7 +28,16 @@ demo: k8s-bins
 test: check unit e2e
 
 .PHONY: check
-check: fmt-check lint
+check: fmt-check lint crds-check
+
+# The committed CRDs must match the Rust types they are generated from.
+.PHONY: crds-check
+crds-check:
+	$(CARGO) run -q -p lifeboat-api --bin crdgen -- --check
+
+.PHONY: crds
+crds:
+	$(CARGO) run -q -p lifeboat-api --bin crdgen
 
 .PHONY: fmt-check
 fmt-check:
@@ -38,10 +47,13 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-# Unit tests of every crate (pure logic, no cluster).
+# Unit tests of every crate (pure logic, no cluster), then the Lua interpreter conformance:
+# Karmada's third-party interpreters with their own test cases, and Lifeboat's built-ins.
 .PHONY: unit
 unit:
 	$(CARGO) test --workspace --lib --bins
+	$(CARGO) run -q -p lifeboatctl -- interpret test $(LIFEBOAT_SHARED_DIR)/testdata/karmada-interpreter
+	$(CARGO) run -q -p lifeboatctl -- interpret test interpreter-scripts
 
 # End-to-end tests: each test binary starts its own fleet of real control planes.
 .PHONY: e2e
@@ -51,3 +63,5 @@ e2e: k8s-bins
 .PHONY: bench
 bench: k8s-bins
 	$(CARGO) run --release -q -p lifeboat-e2e --bin fleet-bench -- --runs 3
+	$(CARGO) bench -p lifeboat-interpreter
+	$(CARGO) bench -p lifeboat-agent

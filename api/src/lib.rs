@@ -15,5 +15,6 @@
 //! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary.
 
 pub mod appwrapper;
+pub mod health;
 pub mod legacy;
 pub mod quantity;

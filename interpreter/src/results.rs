@@ -4,7 +4,6 @@
 //! quantities compare by value, absent and empty lists or maps are the same.
 
 use std::collections::BTreeMap;
-use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
@@ -19,40 +18,8 @@ pub enum HealthState {
     Unknown,
 }
 
-/// What kind of failure made a workload unhealthy, which decides whether moving it can help.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum FailureClass {
-    /// The application itself fails (terminal exit codes): it would fail elsewhere too.
-    Application,
-    /// Node loss, GPU health, spot reclamation, unreachable cluster: worth a move.
-    Infrastructure,
-    /// No capacity to run it here.
-    Capacity,
-    Unknown,
-}
-
-impl FailureClass {
-    pub fn parse(text: &str) -> Option<FailureClass> {
-        match text {
-            "Application" => Some(FailureClass::Application),
-            "Infrastructure" => Some(FailureClass::Infrastructure),
-            "Capacity" => Some(FailureClass::Capacity),
-            "Unknown" => Some(FailureClass::Unknown),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for FailureClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FailureClass::Application => "Application",
-            FailureClass::Infrastructure => "Infrastructure",
-            FailureClass::Capacity => "Capacity",
-            FailureClass::Unknown => "Unknown",
-        })
-    }
-}
+/// What kind of failure made a workload unhealthy (shared with the agent and the hub).
+pub use lifeboat_api::health::FailureClass;
 
 /// The result of InterpretHealth. A Karmada script returns a boolean (no reason, no class); a
 /// Lifeboat script may return `{healthy = bool|nil, reason = "...", class = "..."}`, where a

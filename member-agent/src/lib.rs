@@ -4,7 +4,6 @@
 //! the controller and the webhook.
 
 pub mod agent;
-pub mod class;
 pub mod config;
 pub mod controller;
 pub mod duration;

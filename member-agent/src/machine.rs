@@ -19,9 +19,9 @@ use lifeboat_api::appwrapper::{
     AppWrapperComponentStatus, AppWrapperPhase as Phase, AppWrapperSpec, AppWrapperStatus,
 };
 
-use crate::class::FailureClass;
 use crate::params::{AnnotationProblem, Params};
 use crate::pods::PodSummary;
+use lifeboat_api::health::FailureClass;
 
 /// Lifeboat's reason for a reset away from a node with a spot reclamation notice.
 pub const REASON_SPOT_RECLAMATION: &str = "SpotReclamation";

@@ -5,9 +5,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use lifeboat_api::appwrapper::autopilot::pod_uses_resource;
 
-use crate::class::FailureClass;
 use crate::node_health::NodeHealthIndex;
 use crate::params::Params;
+use lifeboat_api::health::FailureClass;
 
 /// One failed (or lost) pod.
 #[derive(Debug, Clone, PartialEq, Eq)]

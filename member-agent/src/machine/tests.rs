@@ -154,7 +154,7 @@ impl Fx {
                     node: Some("n1".into()),
                     exit_codes: vec![1],
                     detail: "exit code 1".into(),
-                    class: crate::class::FailureClass::Application,
+                    class: lifeboat_api::health::FailureClass::Application,
                 })
                 .collect(),
             ..Default::default()
