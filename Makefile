@@ -10,7 +10,8 @@ export LIFEBOAT_SHARED_DIR
 
 .PHONY: help
 help:
-	@echo "make demo    build what is needed, start a local fleet (hub + 3 members), run until Ctrl-C"
+	@echo "make demo    build what is needed, start a local fleet (hub + 3 members) with an agent per member,"
+	@echo "             run a GPU AppWrapper through a failure and its reset, keep running until Ctrl-C"
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
 	@echo "make bench   benchmarks (see BENCHMARKS.md)"
@@ -21,8 +22,7 @@ k8s-bins:
 
 .PHONY: demo
 demo: k8s-bins
-	$(CARGO) build -p lifeboat-e2e --bin fleet
-	$(CARGO) run -q -p lifeboat-e2e --bin fleet -- run
+	bash scripts/demo.sh
 
 .PHONY: test
 test: check unit e2e

@@ -800,6 +800,10 @@ fn controller_manager_process(
             format!("--cluster-signing-key-file={}", pki.ca_key.display()),
             format!("--cluster-name=lifeboat-{index}"),
             "--controllers=*".into(),
+            // The default client rate (20 requests/s) makes a Job of thousands of pods take
+            // minutes; clusters that run such Jobs raise it.
+            "--kube-api-qps=100".into(),
+            "--kube-api-burst=200".into(),
         ],
         log: cluster_dir.join("kube-controller-manager.log"),
         pid: 0,

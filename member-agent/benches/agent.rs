@@ -158,7 +158,11 @@ async fn bench(
             async move {
                 let aw: AppWrapper = serde_json::from_value(json!({
                     "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                    // Long graces: creating thousands of pods takes the control plane minutes,
+                    // and the failures injected below must not reset anything.
                     "metadata": {"name": format!("aw-{i}"), "annotations": {
+                        "workload.codeflare.dev.appwrapper/admissionGracePeriodDuration": "1h",
+                        "workload.codeflare.dev.appwrapper/warmupGracePeriodDuration": "1h",
                         "workload.codeflare.dev.appwrapper/failureGracePeriodDuration": "1h"}},
                     "spec": {"components": [{"template": {
                         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": format!("job-{i}")},

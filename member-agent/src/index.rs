@@ -9,7 +9,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateTerminated, ContainerStatus, Pod, PodCondition,
+    PodSpec, PodStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::DynamicObject;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
 
@@ -50,8 +54,9 @@ impl PodIndex {
         self.synced
     }
 
-    /// Adds or updates a pod; returns the AppWrapper it belongs to.
+    /// Adds or updates a pod (kept in its [`slim`] form); returns the AppWrapper it belongs to.
     pub fn apply(&mut self, pod: Pod) -> Vec<AwKey> {
+        let pod = slim(pod);
         let Some(key) = owner_of(
             pod.metadata.labels.as_ref(),
             pod.metadata.namespace.as_ref(),
@@ -148,6 +153,75 @@ impl PodIndex {
 
     pub fn is_empty(&self) -> bool {
         self.by_appwrapper.is_empty()
+    }
+}
+
+/// The parts of a pod the agent reads (labels, deletion, node, container resources, phase,
+/// scheduling and disruption conditions, terminated states). A cluster with thousands of
+/// AppWrapper pods would otherwise keep their managed fields, environments, volumes and images.
+pub fn slim(pod: Pod) -> Pod {
+    let metadata = ObjectMeta {
+        name: pod.metadata.name,
+        namespace: pod.metadata.namespace,
+        labels: pod.metadata.labels.map(|labels| {
+            labels
+                .into_iter()
+                .filter(|(k, _)| k == APPWRAPPER_LABEL)
+                .collect()
+        }),
+        deletion_timestamp: pod.metadata.deletion_timestamp,
+        ..Default::default()
+    };
+    let spec = pod.spec.map(|spec| PodSpec {
+        node_name: spec.node_name,
+        containers: spec
+            .containers
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                resources: c.resources,
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    });
+    let status = pod.status.map(|status| PodStatus {
+        phase: status.phase,
+        reason: status.reason,
+        conditions: status.conditions.map(|cs| {
+            cs.into_iter()
+                .filter(|c| c.type_ == "PodScheduled" || c.type_ == "DisruptionTarget")
+                .map(|c| PodCondition {
+                    type_: c.type_,
+                    status: c.status,
+                    reason: c.reason,
+                    message: c.message,
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        container_statuses: status.container_statuses.map(|cs| {
+            cs.into_iter()
+                .map(|c| ContainerStatus {
+                    name: c.name,
+                    state: c.state.map(|state| ContainerState {
+                        terminated: state.terminated.map(|t| ContainerStateTerminated {
+                            exit_code: t.exit_code,
+                            reason: t.reason,
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        ..Default::default()
+    });
+    Pod {
+        metadata,
+        spec,
+        status,
     }
 }
 
@@ -327,6 +401,38 @@ mod tests {
         idx.apply(pod("other", "a-0", Some("a"), "n1"));
         assert_eq!(idx.pods_of(&AwKey::new("other", "a")).len(), 1);
         assert_eq!(idx.pods_of(&AwKey::new("ns", "a")).len(), 1);
+    }
+
+    #[test]
+    fn slim_pods_keep_everything_the_summary_reads() {
+        use crate::config::FaultToleranceConfig;
+        use crate::node_health::NodeHealthIndex;
+        use crate::params::Params;
+        let full: Pod = serde_json::from_value(json!({
+            "metadata": {"namespace": "ns", "name": "p", "labels": {APPWRAPPER_LABEL: "aw", "app": "x"},
+                "annotations": {"big": "x".repeat(1000)}, "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "huge:latest",
+                "env": [{"name": "A", "value": "1"}], "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+            "status": {"phase": "Failed", "reason": "Evicted", "conditions": [
+                {"type": "Ready", "status": "False"},
+                {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager"}],
+                "containerStatuses": [{"name": "c", "image": "huge:latest", "imageID": "sha", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 3, "reason": "Error", "message": "long log tail"}}}]}
+        }))
+        .unwrap();
+        let small = slim(full.clone());
+        assert!(small.metadata.managed_fields.is_none() && small.metadata.annotations.is_none());
+        assert_eq!(small.metadata.labels.as_ref().unwrap().len(), 1);
+        assert!(
+            serde_json::to_string(&small).unwrap().len()
+                < serde_json::to_string(&full).unwrap().len() / 3
+        );
+        let nodes = NodeHealthIndex::new(None, vec![]);
+        let params = Params::defaults(&FaultToleranceConfig::default());
+        assert_eq!(
+            crate::pods::summarize(&[small], &nodes, &params, true),
+            crate::pods::summarize(&[full], &nodes, &params, true)
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use lifeboat_api::appwrapper::constants::FINALIZER;
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase as Phase};
@@ -137,8 +137,16 @@ pub async fn run(
     ));
     tokio::spawn(watches::watch_nodes(client.clone(), nodes, pods, tx));
 
+    // The controller's cache of AppWrappers, without managed fields (the largest part of an
+    // object that the controller never reads).
     let api: Api<AppWrapper> = Api::all(client);
-    Controller::new(api, watcher::Config::default())
+    let (reader, writer) = reflector::store();
+    let appwrappers = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|aw| aw.managed_fields_mut().clear())
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(appwrappers, reader)
         .with_config(
             ControllerConfig::default()
                 .concurrency(options.concurrency)
