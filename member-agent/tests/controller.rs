@@ -102,6 +102,17 @@ fn main() -> ExitCode {
                 "standalone_agent_binary_installs_crd_and_runs",
                 standalone_binary,
             ),
+            E2eTest::new("every_sample_runs_under_the_agent", samples_run),
+            E2eTest::new("pods_missing_after_the_admission_grace_reset", pods_missing),
+            E2eTest::new(
+                "failed_job_status_resets_without_the_failure_grace",
+                failed_job_status,
+            ),
+            E2eTest::new(
+                "deletion_on_failure_grace_keeps_resources_then_deletes",
+                deletion_on_failure,
+            ),
+            E2eTest::new("fifty_appwrappers_all_run", load_fifty),
         ],
     )
 }
@@ -455,14 +466,23 @@ async fn forceful_deletion(ctx: Arc<TestContext>) -> TestResult {
     Ok(())
 }
 
-async fn install_pytorchjob_crd(ctx: &TestContext) -> TestResult {
+/// A schemaless CRD standing in for a workload kind whose operator does not run on the fleet
+/// (the agent only creates, watches and deletes such objects).
+async fn install_kind_crd(ctx: &TestContext, group: &str, version: &str, kind: &str) -> TestResult {
+    let plural = format!("{}s", kind.to_lowercase());
+    let name = format!("{plural}.{group}");
     let crds: Api<CustomResourceDefinition> = Api::all(ctx.client(M1).await?);
+    let mut metadata = json!({"name": name});
+    if group.ends_with(".k8s.io") {
+        // Groups under k8s.io need the API-approval annotation.
+        metadata["annotations"] = json!({"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1111"});
+    }
     let crd: CustomResourceDefinition = serde_json::from_value(json!({
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "pytorchjobs.kubeflow.org"},
-        "spec": {"group": "kubeflow.org", "scope": "Namespaced",
-            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
+        "metadata": metadata,
+        "spec": {"group": group, "scope": "Namespaced",
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "versions": [{"name": version, "served": true, "storage": true,
                 "subresources": {"status": {}},
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
     }))?;
@@ -471,11 +491,8 @@ async fn install_pytorchjob_crd(ctx: &TestContext) -> TestResult {
         Err(kube::Error::Api(s)) if s.code == 409 => {}
         Err(e) => return Err(e.into()),
     }
-    wait::until("PyTorchJob CRD established", T, || async {
-        let crd = crds
-            .get("pytorchjobs.kubeflow.org")
-            .await
-            .map_err(|e| e.to_string())?;
+    wait::until(&format!("{kind} CRD established"), T, || async {
+        let crd = crds.get(&name).await.map_err(|e| e.to_string())?;
         let established = crd
             .status
             .and_then(|s| s.conditions)
@@ -493,7 +510,7 @@ async fn install_pytorchjob_crd(ctx: &TestContext) -> TestResult {
 }
 
 async fn pytorchjob_failed(ctx: Arc<TestContext>) -> TestResult {
-    install_pytorchjob_crd(&ctx).await?;
+    install_kind_crd(&ctx, "kubeflow.org", "v1", "PyTorchJob").await?;
     let pytorch = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ptj"},
         "spec": {"pytorchReplicaSpecs": {
             "Master": {"replicas": 1, "template": {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}},
@@ -1038,4 +1055,200 @@ async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
     let _ = child.kill();
     let _ = child.wait();
     result
+}
+
+async fn samples_run(ctx: Arc<TestContext>) -> TestResult {
+    for (group, version, kind) in [
+        ("kubeflow.org", "v1", "PyTorchJob"),
+        ("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+        ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet"),
+    ] {
+        install_kind_crd(&ctx, group, version, kind).await?;
+    }
+    let dir = std::path::PathBuf::from(
+        std::env::var("LIFEBOAT_SHARED_DIR")
+            .unwrap_or_else(|_| format!("{}/../../shared", env!("CARGO_MANIFEST_DIR"))),
+    )
+    .join("testdata/appwrapper-samples");
+    let mut names = Vec::new();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    agent(&ctx, M1).await?;
+    let client = ctx.client(M1).await?;
+    for (i, file) in files.iter().enumerate() {
+        let aw: lifeboat_api::appwrapper::AppWrapper =
+            serde_saphyr::from_str(&std::fs::read_to_string(file)?)?;
+        let name = aw.metadata.name.clone().unwrap_or_default();
+        // One namespace per sample: two samples wrap a PyTorchJob of the same name, and a
+        // second AppWrapper must not adopt the first one's object.
+        let ns = format!("{}-s{i}", ctx.namespace);
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await?;
+        let api: Api<lifeboat_api::appwrapper::AppWrapper> = Api::namespaced(client.clone(), &ns);
+        wait::until("sample created", T, || async {
+            // Right after the namespace, its service account may not exist yet for Pod
+            // components; the AppWrapper itself can be created at once.
+            api.create(&PostParams::default(), &aw)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+        names.push((file.clone(), name, api));
+    }
+    assert_eq!(names.len(), 10, "the ten upstream samples");
+    // Each is deployed by the agent: Running reached (failing samples go on to reset).
+    for (file, name, api) in &names {
+        until(api, name, &format!("{} Running", file.display()), T, |aw| {
+            aw.status
+                .as_ref()
+                .is_some_and(|s| s.transitions.iter().any(|t| t.phase == Phase::Running))
+        })
+        .await?;
+    }
+    // Samples of native kinds get their pods; LeaderWorkerSet podSets are declared: 2 + 3.
+    let (_, _, lws) = names
+        .iter()
+        .find(|(f, _, _)| f.ends_with("wrapped-leader-worker-set.yaml"))
+        .ok_or("no LWS sample")?;
+    let status = lws.get("sample-lws").await?.status.unwrap_or_default();
+    assert_eq!(
+        lifeboat_api::appwrapper::podsets::expected_pod_count_of_status(&status),
+        5
+    );
+    for pods_sample in ["sample-deployment", "sample-job"] {
+        if let Some((_, name, api)) = names.iter().find(|(_, n, _)| n == pods_sample) {
+            until_ready(api, name).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn pods_missing(ctx: Arc<TestContext>) -> TestResult {
+    let ns = ctx.namespace(M1).await?;
+    // A quota of one pod: the Deployment's second pod can never be created.
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> =
+        Api::namespaced(ctx.client(M1).await?, &ns);
+    quotas
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(
+                json!({"metadata": {"name": "one-pod"}, "spec": {"hard": {"pods": "1"}}}),
+            )?,
+        )
+        .await?;
+    let aw = appwrapper(
+        "half",
+        &[
+            ("admissionGracePeriodDuration", "3s"),
+            ("warmupGracePeriodDuration", "1h"),
+            ("retryLimit", "0"),
+        ],
+        vec![deployment("half", 2)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let failed = until_phase(&api, "half", Phase::Failed).await?;
+    let unhealthy = condition(&failed, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "InsufficientPodsReady");
+    assert!(
+        unhealthy
+            .2
+            .contains("1 of 2 pods ready after the AdmissionGracePeriod"),
+        "{unhealthy:?}"
+    );
+    Ok(())
+}
+
+async fn failed_job_status(ctx: Arc<TestContext>) -> TestResult {
+    // The failed pod alone would wait an hour; the Job's Failed condition resets at once.
+    let aw = appwrapper(
+        "jobfail",
+        &[
+            ("failureGracePeriodDuration", "1h"),
+            ("retryLimit", "1"),
+            ("retryPausePeriodDuration", "1h"),
+        ],
+        vec![job("jobfail", "sleep 1; exit 1", 1, 0)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let resetting = until_phase(&api, "jobfail", Phase::Resetting).await?;
+    let unhealthy = condition(&resetting, "Unhealthy").unwrap_or_default();
+    assert_eq!(unhealthy.1, "FailedComponent", "{unhealthy:?}");
+    assert!(
+        unhealthy.2.starts_with("[Application] Job jobfail failed"),
+        "{unhealthy:?}"
+    );
+    assert_eq!(resetting.status.unwrap_or_default().retries, 1);
+    Ok(())
+}
+
+async fn deletion_on_failure(ctx: Arc<TestContext>) -> TestResult {
+    let aw = appwrapper(
+        "debugme",
+        &[
+            ("failureGracePeriodDuration", "0s"),
+            ("retryLimit", "0"),
+            ("deletionOnFailureGracePeriodDuration", "6s"),
+        ],
+        vec![job("debugme", "sleep 1; exit 1", 1, 0)],
+    )?;
+    let api = create(&ctx, M1, &aw).await?;
+    let failed = until_phase(&api, "debugme", Phase::Failed).await?;
+    // Kept for debugging: the Job, its failed pod and the quota stay during the pause.
+    assert_eq!(
+        condition(&failed, "QuotaReserved").map(|c| c.0).as_deref(),
+        Some("True")
+    );
+    let jobs: Api<Job> = Api::namespaced(ctx.client(M1).await?, &ctx.namespace);
+    assert!(jobs.get_opt("debugme").await?.is_some());
+    let paused = until(&api, "debugme", "deletion paused", T, |aw| {
+        condition(aw, "DeletingResources").is_some_and(|c| c.1 == "DeletionPaused")
+    })
+    .await?;
+    assert!(
+        condition(&paused, "DeletingResources")
+            .unwrap_or_default()
+            .2
+            .contains("6s")
+    );
+    assert!(
+        jobs.get_opt("debugme").await?.is_some(),
+        "still there during the pause"
+    );
+    until(
+        &api,
+        "debugme",
+        "resources deleted after the pause",
+        T,
+        |aw| condition(aw, "QuotaReserved").is_some_and(|c| c.0 == "False"),
+    )
+    .await?;
+    assert!(jobs.get_opt("debugme").await?.is_none());
+    Ok(())
+}
+
+async fn load_fifty(ctx: Arc<TestContext>) -> TestResult {
+    let mut apis = Vec::new();
+    for i in 0..50 {
+        let name = format!("load-{i}");
+        let mut d = deployment(&name, 2);
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] =
+            json!({"requests": {"cpu": "5m"}});
+        apis.push((
+            name.clone(),
+            create(&ctx, M1, &appwrapper(&name, &[], vec![d])?).await?,
+        ));
+    }
+    for (name, api) in &apis {
+        until_ready(api, name).await?;
+    }
+    Ok(())
 }
