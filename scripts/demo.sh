@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Lifeboat demo on the embedded default fleet: one hub and three member clusters, a
-# lifeboat-agent per member, and a GPU training AppWrapper that loses a pod and is reset in place.
+# lifeboat-agent per member, and a GPU training AppWrapper moved off a node whose GPU Autopilot
+# flags as bad (reset in place, no retry consumed).
 # Runs until Ctrl-C, then tears everything down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,8 @@ cleanup() {
   wait 2>/dev/null || true
   "$fleet" --state-dir "$state" down || true
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'cleanup; exit 0' INT TERM
 
 "$fleet" --state-dir "$state" up --members 3
 for i in 1 2 3; do
@@ -83,16 +85,21 @@ for _ in $(seq 1 60); do
   sleep 1
 done
 sleep 2
-victim="$(k get pods -l workload.codeflare.dev/appwrapper=llm-finetune -o jsonpath='{.items[0].metadata.name}')"
-echo "injecting a failure: pod $victim exits with code 1 (a GPU fell off the bus)"
-"$fleet" --state-dir "$state" fail-pod --cluster member-1 "$victim" --exit-code 1
+node="$(k get pods -l workload.codeflare.dev/appwrapper=llm-finetune -o jsonpath='{.items[0].spec.nodeName}')"
+echo "injecting a fault: Autopilot finds a bad GPU on $node and flags it EVICT"
+"$fleet" --state-dir "$state" gpu-health --cluster member-1 "$node" EVICT
 
 for _ in $(seq 1 40); do
   k get aw llm-finetune --no-headers
-  [[ "$(k get aw llm-finetune -o jsonpath='{.status.resettingCount}')" == 1 &&
-     "$(k get aw llm-finetune -o jsonpath='{.status.phase}')" == Running ]] && break
+  [[ "$(k get aw llm-finetune -o jsonpath='{.status.transitions[-1].phase}')" == Running &&
+     "$(k get aw llm-finetune -o jsonpath='{.status.transitions[*].reason}')" == *AutopilotNoExecute* ]] && break
   sleep 1
 done
+echo
+echo "the trainer pods now run on: $(k get pods -l workload.codeflare.dev/appwrapper=llm-finetune \
+  -o jsonpath='{range .items[*]}{.spec.nodeName} {end}')(not $node); retries used: \
+$(k get aw llm-finetune -o jsonpath='{.status.resettingCount}' | sed 's/^$/0/')"
+"$fleet" --state-dir "$state" gpu-health --cluster member-1 "$node" PASS
 echo
 echo "what happened (status.transitions):"
 k get aw llm-finetune -o jsonpath='{range .status.transitions[*]}{.time}  {.phase}  {.reason}  {.message}{"\n"}{end}'

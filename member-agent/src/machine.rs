@@ -275,17 +275,16 @@ impl Machine<'_, '_> {
         } else {
             EventType::Normal
         };
-        let note = if message.is_empty() {
-            format!("{from} -> {to}: {reason}")
-        } else {
-            format!("{from} -> {to}: {reason}: {message}")
-        };
         let from_label = if from == Phase::Empty {
             "Empty"
         } else {
             from.as_str()
         };
-        let note = note.replacen(&format!("{from} ->"), &format!("{from_label} ->"), 1);
+        let note = if message.is_empty() {
+            format!("{from_label} -> {to}: {reason}")
+        } else {
+            format!("{from_label} -> {to}: {reason}: {message}")
+        };
         self.event(type_, to.as_str(), note);
         self.d.phase_change = Some((from, to));
         // The next phase's logic runs on the next reconcile, at once.
