@@ -28,7 +28,7 @@ fn main() -> ExitCode {
             }
         };
         if print {
-            print!("{yaml}---\n");
+            println!("{yaml}---");
             continue;
         }
         let file = repo_root.join(generated.file);
