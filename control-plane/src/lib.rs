@@ -1,0 +1,13 @@
+//! The Lifeboat hub: users apply workload templates and propagation policies to the hub's
+//! kube-apiserver; the hub binds each template to member clusters (a `ResourceBinding`), hands
+//! the work to each cluster's agent over the agent API, folds what the agents report into the
+//! binding's status and the template's, and (the failover issue) moves work off clusters where
+//! it stays unhealthy.
+//!
+//! Pure, IO-free modules: [`work_store`] (desired work per cluster, resumable by revision),
+//! [`status`] (one report → the binding's per-cluster status item and conditions). The seam
+//! between the agent API and the status processor is [`intake`].
+
+pub mod intake;
+pub mod status;
+pub mod work_store;
