@@ -142,6 +142,7 @@ pub struct ResourceBindingSpec {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
+    #[schemars(schema_with = "clusters_schema")]
     pub clusters: Vec<TargetCluster>,
 
     /// GracefulEvictionTasks holds the eviction tasks that are expected to perform the
@@ -151,6 +152,7 @@ pub struct ResourceBindingSpec {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
+    #[schemars(schema_with = "eviction_tasks_schema")]
     pub graceful_eviction_tasks: Vec<GracefulEvictionTask>,
 
     /// EvictionHistory (Lifeboat) records every eviction of this workload; a cluster stays out
@@ -374,7 +376,20 @@ pub struct ResourceBindingStatus {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
+    #[schemars(schema_with = "aggregated_status_schema")]
     pub aggregated_status: Vec<AggregatedStatusItem>,
+}
+
+fn clusters_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::serde_util::list_map_schema::<TargetCluster>(g, &["name"])
+}
+
+fn eviction_tasks_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::serde_util::list_map_schema::<GracefulEvictionTask>(g, &["fromCluster"])
+}
+
+fn aggregated_status_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::serde_util::list_map_schema::<AggregatedStatusItem>(g, &["clusterName"])
 }
 
 /// Why the scheduler did not choose a cluster.

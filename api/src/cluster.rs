@@ -103,6 +103,7 @@ pub struct ClusterSpec {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
+    #[schemars(schema_with = "taints_schema")]
     pub taints: Vec<Taint>,
     /// FencingPeriodSeconds (Lifeboat): how long the agent may be cut off from the hub before it
     /// suspends the workloads whose policy says purgeMode Directly. Must match the agent's own
@@ -110,6 +111,10 @@ pub struct ClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub fencing_period_seconds: Option<i32>,
+}
+
+fn taints_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::serde_util::list_map_schema::<Taint>(g, &["key", "effect"])
 }
 
 /// What the hub knows of the cluster, from its agent.

@@ -24,3 +24,16 @@ pub fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
     );
     schema
 }
+
+/// The schema of a list whose items are identified by `keys` (`x-kubernetes-list-type: map`),
+/// so server-side apply merges items by key and lets different field managers own different
+/// items.
+pub fn list_map_schema<T: schemars::JsonSchema>(
+    generator: &mut SchemaGenerator,
+    keys: &[&str],
+) -> Schema {
+    let mut schema = generator.subschema_for::<Vec<T>>();
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(keys));
+    schema
+}
