@@ -69,11 +69,6 @@ pub fn binding_name(template_name: &str, kind: &str) -> String {
     doc = "ResourceBinding binds one workload template to the member clusters it runs on, and records their health and the evictions it went through.",
     printcolumn(name = "Kind", type_ = "string", json_path = ".spec.resource.kind"),
     printcolumn(
-        name = "Clusters",
-        type_ = "string",
-        json_path = ".spec.clusters[*].name"
-    ),
-    printcolumn(
         name = "Scheduled",
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Scheduled\")].status"
