@@ -32,4 +32,5 @@ pub mod legacy;
 pub mod policy;
 pub mod protocol;
 pub mod quantity;
+pub mod selector;
 pub mod serde_util;

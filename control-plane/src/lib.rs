@@ -8,6 +8,8 @@
 //! [`status`] (one report → the binding's per-cluster status item and conditions). The seam
 //! between the agent API and the status processor is [`intake`].
 
+pub mod detector;
+pub mod dispatch;
 pub mod intake;
 pub mod status;
 pub mod work_store;
