@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 /// is only checked here).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
-    #[error("matchExpressions[{index}]: operator {operator:?} is not In, NotIn, Exists or DoesNotExist")]
+    #[error(
+        "matchExpressions[{index}]: operator {operator:?} is not In, NotIn, Exists or DoesNotExist"
+    )]
     Operator { index: usize, operator: String },
     #[error("matchExpressions[{index}]: operator {operator} needs at least one value")]
     NoValues { index: usize, operator: String },
@@ -42,12 +44,7 @@ impl Selector {
                 requirements.push(Requirement::Equals(k.clone(), v.clone()));
             }
         }
-        for (index, expr) in selector
-            .match_expressions
-            .iter()
-            .flatten()
-            .enumerate()
-        {
+        for (index, expr) in selector.match_expressions.iter().flatten().enumerate() {
             let values = expr.values.clone().unwrap_or_default();
             let key = expr.key.clone();
             let requirement = match expr.operator.as_str() {
@@ -126,18 +123,42 @@ mod tests {
         .unwrap();
         assert!(s.matches(&labels(&[("team", "ml"), ("tier", "gpu"), ("owner", "a")])));
         assert!(!s.matches(&labels(&[("team", "ml"), ("tier", "cpu"), ("owner", "a")])));
-        assert!(!s.matches(&labels(&[("team", "ml"), ("tier", "gpu"), ("owner", "a"), ("env", "dev")])));
+        assert!(!s.matches(&labels(&[
+            ("team", "ml"),
+            ("tier", "gpu"),
+            ("owner", "a"),
+            ("env", "dev")
+        ])));
         assert!(!s.matches(&labels(&[("team", "ml"), ("tier", "gpu")])));
-        assert!(!s.matches(&labels(&[("team", "ml"), ("tier", "gpu"), ("owner", "a"), ("legacy", "1")])));
+        assert!(!s.matches(&labels(&[
+            ("team", "ml"),
+            ("tier", "gpu"),
+            ("owner", "a"),
+            ("legacy", "1")
+        ])));
         assert!(!s.matches(&labels(&[("tier", "gpu"), ("owner", "a")])));
         assert!(selector(json!({})).unwrap().matches(&BTreeMap::new()));
     }
 
     #[test]
     fn malformed_expressions_are_named() {
-        let err = selector(json!({"matchExpressions": [{"key": "a", "operator": "In"}]})).unwrap_err();
-        assert_eq!(err.to_string(), "matchExpressions[0]: operator In needs at least one value");
-        assert!(selector(json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]})).is_err());
-        assert!(selector(json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["1"]}]})).is_err());
+        let err =
+            selector(json!({"matchExpressions": [{"key": "a", "operator": "In"}]})).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "matchExpressions[0]: operator In needs at least one value"
+        );
+        assert!(
+            selector(
+                json!({"matchExpressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]})
+            )
+            .is_err()
+        );
+        assert!(
+            selector(
+                json!({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["1"]}]})
+            )
+            .is_err()
+        );
     }
 }

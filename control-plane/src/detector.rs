@@ -342,13 +342,19 @@ mod tests {
             pp("labels", "ml", 0, vec![by_label.clone()]),
             pp("kind-prio", "ml", 1, vec![by_kind.clone()]),
         ];
-        assert_eq!(name_of(select_policy(&policies, &t)), Some("kind-prio".into()));
+        assert_eq!(
+            name_of(select_policy(&policies, &t)),
+            Some("kind-prio".into())
+        );
         let policies = vec![
             pp("b-name", "ml", 0, vec![by_name.clone()]),
             pp("a-name", "ml", 0, vec![by_name.clone()]),
         ];
         assert_eq!(name_of(select_policy(&policies, &t)), Some("a-name".into()));
-        let policies = vec![cpp("c1", 0, vec![by_kind.clone()]), cpp("c2", 5, vec![by_kind])];
+        let policies = vec![
+            cpp("c1", 0, vec![by_kind.clone()]),
+            cpp("c2", 5, vec![by_kind]),
+        ];
         assert_eq!(name_of(select_policy(&policies, &t)), Some("c2".into()));
     }
 
@@ -363,23 +369,46 @@ mod tests {
             labels: &labels,
         };
         let s = |v| selects(&selector(v), None, &t);
-        assert_eq!(s(json!({"apiVersion": "apps/v1", "kind": "Deployment"})), Some(MatchStrength::Kind));
-        assert_eq!(s(json!({"apiVersion": "apps/v1", "kind": "StatefulSet"})), None);
-        assert_eq!(s(json!({"apiVersion": "apps/v1beta1", "kind": "Deployment"})), None);
-        assert_eq!(s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "other"})), None);
-        assert_eq!(s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "nginx"})), Some(MatchStrength::Name));
-        assert_eq!(s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"})), None);
         assert_eq!(
-            s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "labelSelector": {"matchLabels": {"team": "web"}}})),
+            s(json!({"apiVersion": "apps/v1", "kind": "Deployment"})),
+            Some(MatchStrength::Kind)
+        );
+        assert_eq!(
+            s(json!({"apiVersion": "apps/v1", "kind": "StatefulSet"})),
+            None
+        );
+        assert_eq!(
+            s(json!({"apiVersion": "apps/v1beta1", "kind": "Deployment"})),
+            None
+        );
+        assert_eq!(
+            s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "other"})),
+            None
+        );
+        assert_eq!(
+            s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "nginx"})),
+            Some(MatchStrength::Name)
+        );
+        assert_eq!(
+            s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "other"})),
+            None
+        );
+        assert_eq!(
+            s(
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "labelSelector": {"matchLabels": {"team": "web"}}})
+            ),
             None
         );
         // an invalid label selector selects nothing rather than everything
         assert_eq!(
-            s(json!({"apiVersion": "apps/v1", "kind": "Deployment", "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}})),
+            s(
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "labelSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}})
+            ),
             None
         );
         // a namespaced policy never reaches into another namespace
-        let sel = selector(json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "web"}));
+        let sel =
+            selector(json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "web"}));
         assert_eq!(selects(&sel, Some("dev"), &t), None);
         assert_eq!(selects(&sel, Some("web"), &t), Some(MatchStrength::Kind));
     }
@@ -394,11 +423,19 @@ mod tests {
             name: "nginx",
             labels: &labels,
         };
-        let mut p = pp("p", "web", 0, vec![selector(json!({"apiVersion": "apps/v1", "kind": "Deployment"}))]);
+        let mut p = pp(
+            "p",
+            "web",
+            0,
+            vec![selector(
+                json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
+            )],
+        );
         if let AnyPolicy::Namespaced(inner) = &mut p {
-            inner.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::from_second(1).unwrap(),
-            ));
+            inner.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::from_second(1).unwrap(),
+                ));
         }
         assert!(select_policy([&p], &t).is_none());
     }
@@ -430,21 +467,35 @@ mod tests {
         )]));
         let policy = AnyPolicy::Namespaced(p);
         let kind = template_kind(AW, "AppWrapper").unwrap();
-        let spec = binding_spec(kind, &t, "uid-1", "42", &policy, Replicas {
-            replicas: 2,
-            ..Default::default()
-        });
+        let spec = binding_spec(
+            kind,
+            &t,
+            "uid-1",
+            "42",
+            &policy,
+            Replicas {
+                replicas: 2,
+                ..Default::default()
+            },
+        );
         assert!(spec.gang);
         assert_eq!(spec.replicas, 2);
         assert_eq!(spec.resource.uid, "uid-1");
         let placement = spec.placement.unwrap();
-        assert_eq!(placement.cluster_affinity.unwrap().cluster_names, ["member-1"]);
+        assert_eq!(
+            placement.cluster_affinity.unwrap().cluster_names,
+            ["member-1"]
+        );
         assert_eq!(
             placement.capacity_type_preference,
             Some(lifeboat_api::policy::CapacityType::Spot)
         );
         assert_eq!(
-            spec.failover.unwrap().application.unwrap().toleration_seconds(),
+            spec.failover
+                .unwrap()
+                .application
+                .unwrap()
+                .toleration_seconds(),
             30
         );
         assert_eq!(spec.policy.unwrap().generation, Some(4));

@@ -12,7 +12,7 @@ use lifeboat_api::binding::{
     ANNOTATION_BINDING_UID, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE, ResourceBinding,
     TargetCluster,
 };
-use lifeboat_api::policy::{ReplicaSchedulingType, PurgeMode};
+use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
 use lifeboat_api::protocol::{Work, WorkKey};
 use serde_json::{Map, Value};
 
@@ -87,10 +87,7 @@ pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Valu
     let (namespace, name) = binding.key();
     labels.insert(LABEL_BINDING_NAMESPACE.into(), Value::String(namespace));
     labels.insert(LABEL_BINDING_NAME.into(), Value::String(name));
-    metadata.insert(
-        "labels".into(),
-        Value::Object(labels.into_iter().collect()),
-    );
+    metadata.insert("labels".into(), Value::Object(labels.into_iter().collect()));
     let mut annotations: BTreeMap<String, Value> = field("annotations")
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default();
@@ -182,7 +179,9 @@ mod tests {
 
     #[test]
     fn the_manifest_loses_hub_metadata_and_gains_its_binding() {
-        let b = binding(json!({"resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}));
+        let b = binding(
+            json!({"resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}),
+        );
         let m = base_manifest(&template(), &b).unwrap();
         assert_eq!(
             m,
@@ -242,8 +241,10 @@ mod tests {
         let mut gang = b.clone();
         gang.spec.gang = true;
         gang.spec.placement = Some(
-            serde_json::from_value(json!({"replicaScheduling": {"replicaSchedulingType": "Divided"}}))
-                .unwrap(),
+            serde_json::from_value(
+                json!({"replicaScheduling": {"replicaSchedulingType": "Divided"}}),
+            )
+            .unwrap(),
         );
         assert!(!divides_replicas(&gang));
     }

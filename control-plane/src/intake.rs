@@ -62,6 +62,11 @@ impl StatusReceiver {
         self.rx.recv().await
     }
 
+    /// The next batch, blocking the calling thread (for a processor on its own thread).
+    pub fn blocking_recv(&mut self) -> Option<Submission> {
+        self.rx.blocking_recv()
+    }
+
     /// A batch already waiting, without blocking.
     pub fn try_recv(&mut self) -> Option<Submission> {
         self.rx.try_recv().ok()

@@ -11,5 +11,7 @@
 pub mod detector;
 pub mod dispatch;
 pub mod intake;
+pub mod interpreters;
+pub mod processor;
 pub mod status;
 pub mod work_store;
