@@ -121,10 +121,10 @@ impl StatusState {
                 report.binding_uid, assigned.binding_uid
             ));
         }
-        if !self
+        if self
             .bindings
             .get(&report.key)
-            .is_some_and(|t| t.uid == report.binding_uid)
+            .is_none_or(|t| t.uid != report.binding_uid)
         {
             let mut tracked = Tracked {
                 uid: report.binding_uid.clone(),
