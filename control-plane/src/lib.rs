@@ -8,10 +8,15 @@
 //! [`status`] (one report → the binding's per-cluster status item and conditions). The seam
 //! between the agent API and the status processor is [`intake`].
 
+pub mod binder;
 pub mod detector;
 pub mod dispatch;
 pub mod intake;
 pub mod interpreters;
+pub mod placement;
 pub mod processor;
+pub mod queue;
 pub mod status;
+pub mod template_status;
+pub mod templates;
 pub mod work_store;

@@ -68,6 +68,9 @@ pub struct WorkStore {
     epoch: String,
     tombstone_limit: usize,
     clusters: RwLock<HashMap<String, Arc<ClusterSlot>>>,
+    /// False until the hub has dispatched every binding once: an agent must not receive a
+    /// full snapshot before then, or it would remove work that is merely not loaded yet.
+    ready: watch::Sender<bool>,
 }
 
 impl WorkStore {
@@ -77,6 +80,7 @@ impl WorkStore {
             epoch: epoch.into(),
             tombstone_limit: DEFAULT_TOMBSTONE_LIMIT,
             clusters: RwLock::new(HashMap::new()),
+            ready: watch::channel(false).0,
         }
     }
 
@@ -88,6 +92,22 @@ impl WorkStore {
 
     pub fn epoch(&self) -> &str {
         &self.epoch
+    }
+
+    /// Marks the store complete: every binding has been dispatched once.
+    pub fn mark_ready(&self) {
+        self.ready.send_replace(true);
+    }
+
+    /// Whether the store is complete (work streams may send snapshots).
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Waits until the store is complete.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let _ = rx.wait_for(|ready| *ready).await;
     }
 
     fn slot(&self, cluster: &str) -> Arc<ClusterSlot> {
@@ -423,6 +443,19 @@ mod tests {
         let changes = store.changes_since("m1", Some(&recent));
         assert!(!changes.reset);
         assert_eq!(names(&changes), ["-b@6", "-c@7"]);
+    }
+
+    #[tokio::test]
+    async fn readiness_is_awaited() {
+        let store = Arc::new(WorkStore::new("e1"));
+        assert!(!store.is_ready());
+        let waiter = tokio::spawn({
+            let store = store.clone();
+            async move { store.wait_ready().await }
+        });
+        store.mark_ready();
+        waiter.await.unwrap();
+        assert!(store.is_ready());
     }
 
     #[tokio::test]
