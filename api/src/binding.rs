@@ -30,6 +30,24 @@ pub const CONDITION_FULLY_APPLIED: &str = "FullyApplied";
 pub const CONDITION_HEALTHY: &str = "Healthy";
 /// Whether the binding's policy still exists (False: deleted, placement kept).
 pub const CONDITION_POLICY_BOUND: &str = "PolicyBound";
+/// True while a failover the workload would need cannot happen (an Application failure that
+/// the policy does not move, no other cluster fits, failed on every allowed cluster, waiting
+/// for the old copy to be purged, the hub recovering after a restart).
+pub const CONDITION_FAILOVER_BLOCKED: &str = "FailoverBlocked";
+
+/// Eviction reasons (a task's `reason`, an eviction record's `reason`).
+pub const EVICTION_APPLICATION_FAILURE: &str = "ApplicationFailure";
+pub const EVICTION_CLUSTER_FAILURE: &str = "ClusterFailure";
+pub const EVICTION_CLUSTER_DELETED: &str = "ClusterDeleted";
+/// The producer of the hub's evictions.
+pub const EVICTION_PRODUCER: &str = "lifeboat-hub";
+
+/// Annotation asking the hub for one in-place reset: `<cluster>` or `<cluster>/<nonce>` (a new
+/// value asks again). Set by `lifeboatctl reset`.
+pub const ANNOTATION_RESET_REQUEST: &str = "work.lifeboat.dev/reset-request";
+/// Annotation confirming the purge of an old copy kept by purgeMode Never: a comma-separated
+/// list of clusters. Set by `lifeboatctl confirm-purge`.
+pub const ANNOTATION_CONFIRM_PURGE: &str = "work.lifeboat.dev/confirm-purge";
 
 /// Scheduled reasons (Karmada's).
 pub const REASON_SUCCESS: &str = "Success";
@@ -160,10 +178,36 @@ pub struct ResourceBindingSpec {
     )]
     pub eviction_history: Vec<EvictionRecord>,
 
+    /// InPlaceResets (Lifeboat) counts the resets asked of each cluster (the agent deletes and
+    /// recreates the workload when the generation grows).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    #[schemars(schema_with = "in_place_resets_schema")]
+    pub in_place_resets: Vec<InPlaceResetRecord>,
+
     /// RescheduleTriggeredAt: a time later than status.lastScheduledTime asks for a fresh
     /// schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reschedule_triggered_at: Option<Time>,
+}
+
+/// The in-place resets of the workload in one cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlaceResetRecord {
+    pub cluster_name: String,
+    /// Grows by one per reset asked; the agent acts on a generation it has not completed.
+    pub generation: i64,
+    /// Resets asked because of failures (manual ones are not counted against the limit).
+    pub count: i32,
+    /// When the last reset was asked.
+    pub last_requested_at: Time,
+    /// The last manual request served (the annotation's value).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manual_request: Option<String>,
 }
 
 /// A reference to the resource template.
@@ -312,6 +356,10 @@ pub struct GracefulEvictionTask {
     /// created.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creation_timestamp: Option<Time>,
+    /// PurgedAt (Lifeboat): when the old copy was confirmed gone, or its cluster fenced. A
+    /// Directly eviction creates the new copy only after this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purged_at: Option<Time>,
 }
 
 /// A past eviction (Lifeboat; the "activeEvictionHistory" of Karmada's proposal, kept after the
@@ -335,6 +383,10 @@ pub struct EvictionRecord {
     /// (blockPredecessorSeconds 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<Time>,
+    /// The state preserved from the evicted copy (statePreservation): labels every later copy
+    /// carries, until a later eviction preserves newer values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub preserved_label_state: BTreeMap<String, String>,
 }
 
 /// What the agents report, aggregated.
@@ -381,6 +433,10 @@ fn clusters_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
 
 fn eviction_tasks_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
     crate::serde_util::list_map_schema::<GracefulEvictionTask>(g, &["fromCluster"])
+}
+
+fn in_place_resets_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    crate::serde_util::list_map_schema::<InPlaceResetRecord>(g, &["clusterName"])
 }
 
 fn aggregated_status_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::ResourceExt;
 use lifeboat_api::binding::{
     self as api_binding, CONDITION_POLICY_BOUND, CONDITION_SCHEDULED, ClusterRejection,
     LABEL_POLICY_NAME, PolicyReference, REASON_NO_CLUSTER_FIT, REASON_SUCCESS, ResourceBinding,
@@ -141,8 +141,7 @@ pub struct Caches {
 
 impl Caches {
     pub fn binding(&self, namespace: &str, name: &str) -> Option<Arc<ResourceBinding>> {
-        self.bindings
-            .get(&ObjectRef::new(name).within(namespace))
+        self.bindings.get(&ObjectRef::new(name).within(namespace))
     }
 }
 
@@ -275,11 +274,13 @@ impl Binder {
                     match result {
                         Ok(Outcome::Done) => {}
                         Ok(Outcome::RetryAfter(d)) => binder.queue.add_after(key.clone(), d),
-                        Err(BindError::Conflict) => {
-                            binder.queue.add_after(key.clone(), Duration::from_millis(50))
-                        }
+                        Err(BindError::Conflict) => binder
+                            .queue
+                            .add_after(key.clone(), Duration::from_millis(50)),
                         Err(e) => {
-                            span.in_scope(|| tracing::warn!(error = %e, "binding failed; retrying"));
+                            span.in_scope(
+                                || tracing::warn!(error = %e, "binding failed; retrying"),
+                            );
                             binder.queue.add_after(key.clone(), Duration::from_secs(5));
                         }
                     }
@@ -307,12 +308,11 @@ impl Binder {
         if template.metadata.deletion_timestamp.is_some() {
             return Ok(Outcome::Done);
         }
-        let template_json = serde_json::to_value(&*template).map_err(|source| {
-            BindError::Serialization {
+        let template_json =
+            serde_json::to_value(&*template).map_err(|source| BindError::Serialization {
                 what: "template",
                 source,
-            }
-        })?;
+            })?;
         let labels = template.labels().clone();
         let meta = TemplateMeta {
             api_version: &kind.api_version(),
@@ -337,6 +337,7 @@ impl Binder {
             desired.clusters = current.spec.clusters.clone();
             desired.graceful_eviction_tasks = current.spec.graceful_eviction_tasks.clone();
             desired.eviction_history = current.spec.eviction_history.clone();
+            desired.in_place_resets = current.spec.in_place_resets.clone();
             desired.reschedule_triggered_at = current.spec.reschedule_triggered_at.clone();
         }
         let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -362,7 +363,14 @@ impl Binder {
             });
         }
         let binding = self
-            .apply_spec(kind, &template, existing.as_deref(), &binding_name, desired, policy)
+            .apply_spec(
+                kind,
+                &template,
+                existing.as_deref(),
+                &binding_name,
+                desired,
+                policy,
+            )
             .await?;
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &now)
             .await?;
@@ -407,10 +415,7 @@ impl Binder {
     ) -> Result<Arc<ResourceBinding>, BindError> {
         let namespace = template.namespace().unwrap_or_default();
         let policy_ref = detector::policy_reference(policy);
-        let labels = BTreeMap::from([(
-            LABEL_POLICY_NAME.to_string(),
-            policy_label(&policy_ref),
-        )]);
+        let labels = BTreeMap::from([(LABEL_POLICY_NAME.to_string(), policy_label(&policy_ref))]);
         let owner = OwnerReference {
             api_version: kind.api_version(),
             kind: kind.kind.to_string(),
@@ -522,9 +527,13 @@ impl Binder {
         });
         let status = binding.status.clone().unwrap_or_default();
         let unchanged = conditions.iter().all(|c| {
-            previous
-                .iter()
-                .any(|p| p.type_ == c.type_ && p.status == c.status && p.reason == c.reason && p.message == c.message && p.observed_generation == c.observed_generation)
+            previous.iter().any(|p| {
+                p.type_ == c.type_
+                    && p.status == c.status
+                    && p.reason == c.reason
+                    && p.message == c.message
+                    && p.observed_generation == c.observed_generation
+            })
         }) && rejected
             .as_ref()
             .is_none_or(|r| *r == status.rejected_clusters)
@@ -538,18 +547,19 @@ impl Binder {
         });
         let last = scheduled_at.or(status.last_scheduled_time.clone());
         if let Some(t) = last {
-            body["lastScheduledTime"] = serde_json::to_value(t).map_err(|source| {
-                BindError::Serialization {
+            body["lastScheduledTime"] =
+                serde_json::to_value(t).map_err(|source| BindError::Serialization {
                     what: "lastScheduledTime",
                     source,
-                }
-            })?;
+                })?;
         }
-        body["rejectedClusters"] = serde_json::to_value(rejected.unwrap_or(status.rejected_clusters))
-            .map_err(|source| BindError::Serialization {
-                what: "rejectedClusters",
-                source,
-            })?;
+        body["rejectedClusters"] = serde_json::to_value(
+            rejected.unwrap_or(status.rejected_clusters),
+        )
+        .map_err(|source| BindError::Serialization {
+            what: "rejectedClusters",
+            source,
+        })?;
         self.patch_scheduler_status(binding, body).await
     }
 
@@ -646,9 +656,8 @@ impl Binder {
     /// whose old copy an eviction keeps), and takes it off the others.
     fn dispatch(&self, binding: &ResourceBinding, template: &Value) -> Result<(), BindError> {
         let key = dispatch::work_key(binding);
-        let base = dispatch::base_manifest(template, binding).map_err(|e| {
-            BindError::Interpret(format!("building the manifest: {e}"))
-        })?;
+        let base = dispatch::base_manifest(template, binding)
+            .map_err(|e| BindError::Interpret(format!("building the manifest: {e}")))?;
         let interpreters = self.interpreters.current();
         let mut wanted = BTreeSet::new();
         for target in &binding.spec.clusters {
@@ -668,7 +677,9 @@ impl Binder {
             }
         }
         let mut dispatched = self.dispatched.lock().unwrap_or_else(|e| e.into_inner());
-        let previous = dispatched.insert(key.clone(), wanted.clone()).unwrap_or_default();
+        let previous = dispatched
+            .insert(key.clone(), wanted.clone())
+            .unwrap_or_default();
         for cluster in previous.difference(&wanted) {
             self.work.remove(cluster, &key);
         }
@@ -678,7 +689,14 @@ impl Binder {
     /// Counts bindings by state for the `lifeboat_hub_bindings` gauge.
     pub fn update_binding_gauges(&self) {
         let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
-        for state in ["Scheduled", "Unschedulable", "Applied", "Healthy", "Unhealthy", "Unknown"] {
+        for state in [
+            "Scheduled",
+            "Unschedulable",
+            "Applied",
+            "Healthy",
+            "Unhealthy",
+            "Unknown",
+        ] {
             counts.insert(state, 0);
         }
         for b in self.caches.bindings.state() {
@@ -725,7 +743,11 @@ fn policy_label(reference: &PolicyReference) -> String {
         format!("{}.{}", reference.namespace, reference.name)
     };
     // Label values are at most 63 characters.
-    full.chars().take(63).collect::<String>().trim_end_matches(['.', '-', '_']).to_string()
+    full.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches(['.', '-', '_'])
+        .to_string()
 }
 
 /// Whether the binding must be (re)scheduled.
@@ -788,6 +810,7 @@ fn same_spec(a: &ResourceBindingSpec, b: &ResourceBindingSpec) -> bool {
         && a.clusters == b.clusters
         && a.graceful_eviction_tasks == b.graceful_eviction_tasks
         && a.eviction_history == b.eviction_history
+        && a.in_place_resets == b.in_place_resets
 }
 
 /// Converts an interpreter result to the API type of the same JSON shape.
@@ -795,8 +818,8 @@ fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
     value: &T,
     what: &'static str,
 ) -> Result<U, BindError> {
-    let json = serde_json::to_value(value)
-        .map_err(|source| BindError::Serialization { what, source })?;
+    let json =
+        serde_json::to_value(value).map_err(|source| BindError::Serialization { what, source })?;
     serde_json::from_value(json).map_err(|source| BindError::Serialization { what, source })
 }
 
@@ -817,10 +840,13 @@ mod tests {
         }))
         .unwrap();
         if let Some(s) = scheduled {
-            b.status = Some(serde_json::from_value(json!({"conditions": [{
+            b.status = Some(
+                serde_json::from_value(json!({"conditions": [{
                 "type": "Scheduled", "status": s, "reason": "x", "message": "",
                 "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-                "lastScheduledTime": "2026-01-01T00:00:00Z"})).unwrap());
+                "lastScheduledTime": "2026-01-01T00:00:00Z"}))
+                .unwrap(),
+            );
         }
         b
     }

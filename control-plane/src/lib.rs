@@ -11,6 +11,7 @@
 pub mod binder;
 pub mod detector;
 pub mod dispatch;
+pub mod failover;
 pub mod intake;
 pub mod interpreters;
 pub mod placement;

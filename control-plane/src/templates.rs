@@ -64,9 +64,9 @@ impl Templates {
     pub fn get(&self, key: &TemplateKey) -> Option<Arc<DynamicObject>> {
         let kinds = self.read();
         let watched = kinds.get(key.kind)?;
-        watched.store.get(
-            &ObjectRef::new_with(&key.name, watched.resource.clone()).within(&key.namespace),
-        )
+        watched
+            .store
+            .get(&ObjectRef::new_with(&key.name, watched.resource.clone()).within(&key.namespace))
     }
 
     /// Every cached template's key.
@@ -87,7 +87,12 @@ impl Templates {
     }
 
     /// The API of a watched kind in a namespace.
-    pub fn api(&self, client: &kube::Client, kind: &str, namespace: &str) -> Option<Api<DynamicObject>> {
+    pub fn api(
+        &self,
+        client: &kube::Client,
+        kind: &str,
+        namespace: &str,
+    ) -> Option<Api<DynamicObject>> {
         let kinds = self.read();
         let watched = kinds.get(kind)?;
         Some(Api::namespaced_with(
@@ -132,7 +137,14 @@ pub async fn run(
             let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
             match kube::discovery::pinned_kind(&client, &gvk).await {
                 Ok((resource, _caps)) => {
-                    start_watch(&client, &templates, kind, resource, changed.clone(), synced.clone());
+                    start_watch(
+                        &client,
+                        &templates,
+                        kind,
+                        resource,
+                        changed.clone(),
+                        synced.clone(),
+                    );
                     synced.send_modify(|s| s.found += 1);
                 }
                 Err(e) => {
@@ -201,7 +213,11 @@ fn start_watch(
         let mut events = std::pin::pin!(reflector::reflector(writer, stream));
         while let Some(event) = events.next().await {
             match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o)) => {
+                Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::Delete(o)
+                    | watcher::Event::InitApply(o),
+                ) => {
                     changed(key_of(kind, &o));
                 }
                 Ok(watcher::Event::InitDone) => {
@@ -211,7 +227,9 @@ fn start_watch(
                     }
                 }
                 Ok(watcher::Event::Init) => {}
-                Err(e) => tracing::warn!(kind = kind.kind, error = %e, "template watch error; retrying"),
+                Err(e) => {
+                    tracing::warn!(kind = kind.kind, error = %e, "template watch error; retrying")
+                }
             }
         }
     });
