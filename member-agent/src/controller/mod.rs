@@ -4,6 +4,8 @@
 //! decision made on a stale read is rejected by the API server and retried.
 
 mod apply;
+#[cfg(test)]
+mod mock;
 mod observe;
 pub mod watches;
 
@@ -86,6 +88,35 @@ pub struct Context {
 }
 
 impl Context {
+    /// The controller's state for `client`'s cluster, with empty indexes; wrapped-kind watches
+    /// send their reconcile requests to `trigger`.
+    pub fn new(
+        client: kube::Client,
+        config: Arc<AppWrapperConfig>,
+        metrics: Metrics,
+        cluster: String,
+        trigger: watches::Trigger,
+    ) -> Self {
+        let nodes =
+            NodeHealthIndex::new(config.autopilot.clone(), config.reclamation_taints.clone());
+        Self {
+            client: client.clone(),
+            config,
+            pods: Arc::new(RwLock::new(PodIndex::default())),
+            nodes: Arc::new(RwLock::new(nodes)),
+            components: ComponentWatches::new(client.clone(), trigger),
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: "lifeboat-agent".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
+            metrics,
+            cluster,
+        }
+    }
+
     fn monitor_nodes(&self) -> bool {
         self.config
             .autopilot
@@ -109,27 +140,14 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    let pods = Arc::new(RwLock::new(PodIndex::default()));
-    let nodes = Arc::new(RwLock::new(NodeHealthIndex::new(
-        config.autopilot.clone(),
-        config.reclamation_taints.clone(),
-    )));
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        config: config.clone(),
-        pods: pods.clone(),
-        nodes: nodes.clone(),
-        components: ComponentWatches::new(client.clone(), tx.clone()),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "lifeboat-agent".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config,
         metrics,
-        cluster: options.cluster,
-    });
+        options.cluster,
+        tx.clone(),
+    ));
+    let (pods, nodes) = (ctx.pods.clone(), ctx.nodes.clone());
     tokio::spawn(watches::watch_pods(
         client.clone(),
         pods.clone(),
