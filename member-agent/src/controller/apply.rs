@@ -332,7 +332,7 @@ pub async fn publish_events(aw: &AppWrapper, events: &[EventNote], ctx: &Context
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(super) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }

@@ -28,6 +28,18 @@ pub struct Call {
     respond: SendResponse<Response<Body>>,
 }
 
+/// A controller context over `client` with the default configuration.
+pub fn context(client: kube::Client) -> super::Context {
+    let (tx, _rx) = futures::channel::mpsc::unbounded();
+    super::Context::new(
+        client,
+        std::sync::Arc::new(crate::config::AppWrapperConfig::default()),
+        crate::metrics::Metrics::new(&prometheus::Registry::new()).expect("metrics"),
+        "test".into(),
+        tx,
+    )
+}
+
 /// How long a test waits for a request it expects.
 const WAIT: Duration = Duration::from_secs(5);
 

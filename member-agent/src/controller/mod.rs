@@ -4,6 +4,7 @@
 //! decision made on a stale read is rejected by the API server and retried.
 
 mod apply;
+pub mod failures;
 #[cfg(test)]
 mod mock;
 mod observe;
@@ -33,7 +34,8 @@ use watches::ComponentWatches;
 /// Errors of one reconcile. Each has a low-cardinality metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API ({context}): {source}")]
+    /// The source is said by the error chain (`failures::error_chain`), not by this text.
+    #[error("kubernetes API ({context})")]
     Kube {
         context: String,
         #[source]
@@ -85,6 +87,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// Name of the cluster this agent runs in (for logs and spans).
     pub cluster: String,
+    /// Runs of failed reconciles, for backoff and Warning Events.
+    pub failures: failures::Failures,
 }
 
 impl Context {
@@ -114,6 +118,7 @@ impl Context {
             ),
             metrics,
             cluster,
+            failures: failures::Failures::default(),
         }
     }
 
@@ -188,11 +193,12 @@ fn error_policy(aw: Arc<AppWrapper>, error: &Error, ctx: Arc<Context>) -> Action
         .inc();
     match error {
         // Somebody (often ourselves) wrote the object since we read it: look again at once.
-        Error::Conflict => Action::requeue(Duration::from_millis(50)),
-        _ => {
-            tracing::warn!(appwrapper = %aw.name_any(), namespace = aw.namespace().unwrap_or_default(), error = %error, "reconcile failed");
-            Action::requeue(Duration::from_secs(5))
-        }
+        Error::Conflict => Action::requeue(failures::CONFLICT_RETRY),
+        // Counted by `failures::record` when the reconcile returned.
+        _ => Action::requeue(ctx.failures.retry_after(&AwKey::new(
+            aw.namespace().unwrap_or_default(),
+            aw.name_any(),
+        ))),
     }
 }
 
@@ -202,10 +208,13 @@ async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Err
     let name = aw.name_any();
     let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %namespace, appwrapper = %name);
     ctx.metrics.reconciles.inc();
-    let result = reconcile_appwrapper(&aw, &ctx).instrument(span).await;
+    let result = reconcile_appwrapper(&aw, &ctx)
+        .instrument(span.clone())
+        .await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
+    failures::record(&aw, &result, &ctx).instrument(span).await;
     result
 }
 

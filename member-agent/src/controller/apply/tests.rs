@@ -1,30 +1,15 @@
 //! The apply step's exact API calls, against a mock client: resourceVersion preconditions on
 //! every write, 404 on finalizer removal is success, 409 is a conflict, creates are classified.
 
-use std::sync::Arc;
-
 use http::Method;
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::FINALIZER;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::config::AppWrapperConfig;
-use crate::controller::mock::ApiServer;
-use crate::metrics::Metrics;
+use crate::controller::mock::{ApiServer, context};
 
 const AW_PATH: &str = "/apis/workload.codeflare.dev/v1beta2/namespaces/team/appwrappers/train";
-
-fn context(client: kube::Client) -> Context {
-    let (tx, _rx) = futures::channel::mpsc::unbounded();
-    Context::new(
-        client,
-        Arc::new(AppWrapperConfig::default()),
-        Metrics::new(&prometheus::Registry::new()).expect("metrics"),
-        "test".into(),
-        tx,
-    )
-}
 
 fn appwrapper(finalizers: &[&str]) -> AppWrapper {
     serde_json::from_value(json!({
