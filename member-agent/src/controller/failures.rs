@@ -295,8 +295,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_failed_reconcile_is_published_once_as_a_warning_event_and_conflicts_are_not() {
-        use crate::controller::mock::{ApiServer, context};
-        use http::Method;
+        use crate::controller::mock::{ApiServer, Method, context};
         use kube::runtime::controller::Action;
         use serde_json::json;
 

@@ -1,13 +1,12 @@
 //! The apply step's exact API calls, against a mock client: resourceVersion preconditions on
 //! every write, 404 on finalizer removal is success, 409 is a conflict, creates are classified.
 
-use http::Method;
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::FINALIZER;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::controller::mock::{ApiServer, context};
+use crate::controller::mock::{ApiServer, Method, context};
 
 const AW_PATH: &str = "/apis/workload.codeflare.dev/v1beta2/namespaces/team/appwrappers/train";
 
