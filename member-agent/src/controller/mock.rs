@@ -11,5 +11,6 @@ pub fn context(client: kube::Client) -> super::Context {
         crate::metrics::Metrics::new(&prometheus::Registry::new()).expect("metrics"),
         "test".into(),
         tx,
+        lifeboat_runtime::readiness::Readiness::new(),
     )
 }

@@ -56,6 +56,7 @@ async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
         concurrency: 16,
         install_crd: true,
         webhook: None,
+        leader_election: None,
     };
     let agent = agent::spawn(options, prometheus::Registry::new()).await?;
     Ok(AgentHandle { agent, metrics })
