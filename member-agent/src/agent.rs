@@ -226,9 +226,9 @@ pub struct SpawnedAgent {
 impl SpawnedAgent {
     /// Kills the agent as a crash would: every task it started ends at once, nothing is
     /// released (its Lease lapses after its duration).
-    pub async fn abort(self) {
+    pub async fn abort(mut self) {
         self.task.abort();
-        let _ = self.task.await;
+        let _ = (&mut self.task).await;
     }
 
     /// Stops the agent gracefully (reconciles in flight finish, the Lease is released) and
@@ -244,6 +244,13 @@ impl SpawnedAgent {
                 Ok(())
             }
         }
+    }
+}
+
+impl Drop for SpawnedAgent {
+    /// An agent outlives no handle: dropping one that was not stopped aborts it.
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
