@@ -150,6 +150,7 @@ async fn convert_apply_run(ctx: Arc<TestContext>) -> TestResult {
             concurrency: 8,
             install_crd: true,
             webhook: None,
+            leader_election: None,
         },
         prometheus::Registry::new(),
     )

@@ -29,7 +29,8 @@ pub struct AppWrapperConfig {
     pub scheduler_name: String,
     /// Queue label added on create when the user sets none (empty: none).
     pub default_queue_name: String,
-    /// Taint keys that announce a spot reclamation (the node goes away soon).
+    /// Taint keys that announce a spot reclamation (the node goes away soon); default
+    /// [`DEFAULT_RECLAMATION_TAINTS`].
     pub reclamation_taints: Vec<String>,
 }
 
@@ -41,14 +42,40 @@ impl Default for AppWrapperConfig {
             fault_tolerance: FaultToleranceConfig::default(),
             scheduler_name: String::new(),
             default_queue_name: String::new(),
-            reclamation_taints: vec![
-                "aws-node-termination-handler/spot-itn".into(),
-                "cloud.google.com/impending-node-termination".into(),
-                "kubernetes.azure.com/scalesetpriority-eviction".into(),
-            ],
+            reclamation_taints: DEFAULT_RECLAMATION_TAINTS
+                .iter()
+                .map(|key| key.to_string())
+                .collect(),
         }
     }
 }
+
+/// AWS Node Termination Handler, on an EC2 Spot interruption notice (two minutes ahead) when
+/// its `taintNode` option is on: the `SpotInterruptionTaint` constant of its `pkg/node/node.go`
+/// ("a taint used to make spot instance unschedulable").
+pub const AWS_SPOT_INTERRUPTION_TAINT: &str = "aws-node-termination-handler/spot-itn";
+
+/// Google's node termination handler for GKE nodes that cannot live-migrate (preemptible and
+/// Spot VMs, VMs with GPUs): the taint its `--taint` flag documents
+/// (`cloud.google.com/impending-node-termination::NoSchedule`, GoogleCloudPlatform
+/// k8s-node-termination-handler `main.go`), placed when the GCE metadata server announces the
+/// VM's termination.
+pub const GKE_IMPENDING_TERMINATION_TAINT: &str = "cloud.google.com/impending-node-termination";
+
+/// AKS node auto-drain: on a `Preempt` scheduled event (a Spot VM being evicted) or a
+/// `Redeploy`, AKS cordons and drains the node, and the node "may receive a taint with
+/// `remediator.kubernetes.azure.com/unschedulable`" (AKS documentation, "Node auto-drain").
+/// Not `kubernetes.azure.com/scalesetpriority`: AKS puts that taint on every Spot node from its
+/// creation, so it announces nothing.
+pub const AKS_AUTO_DRAIN_TAINT: &str = "remediator.kubernetes.azure.com/unschedulable";
+
+/// Default `reclamationTaints`: each key is set by the cloud or by the termination handler named
+/// in its constant's documentation when the node is about to go away.
+pub const DEFAULT_RECLAMATION_TAINTS: [&str; 3] = [
+    AWS_SPOT_INTERRUPTION_TAINT,
+    GKE_IMPENDING_TERMINATION_TAINT,
+    AKS_AUTO_DRAIN_TAINT,
+];
 
 /// Fault-tolerance defaults (the seed's parameter table). JSON keys are upstream's, including
 /// its renames; durations are Go nanosecond integers (upstream's encoding) or strings like "90s".
@@ -204,6 +231,28 @@ mod tests {
         assert_eq!(c.success_ttl, Duration::from_secs(7 * 86400));
         assert!(c.validate().is_ok());
         assert!(OperatorConfig::default().appwrapper.autopilot.is_some());
+    }
+
+    #[test]
+    fn default_reclamation_taints_are_the_sourced_keys_only() {
+        let keys = AppWrapperConfig::default().reclamation_taints;
+        assert_eq!(
+            keys,
+            vec![
+                "aws-node-termination-handler/spot-itn",
+                "cloud.google.com/impending-node-termination",
+                "remediator.kubernetes.azure.com/unschedulable",
+            ]
+        );
+        // Neither the unsourced key of earlier versions nor AKS's permanent Spot taint.
+        assert!(!keys.iter().any(|k| k.starts_with("kubernetes.azure.com/")));
+        let custom =
+            OperatorConfig::from_yaml("appwrapper:\n  reclamationTaints: [example.com/going]\n")
+                .unwrap();
+        assert_eq!(
+            custom.appwrapper.reclamation_taints,
+            vec!["example.com/going"]
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Prometheus metrics of the agent. Labels stay low-cardinality: namespace and phase (as
 //! upstream's `appwrapper_phase_total`), result, error kind.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 #[derive(Clone)]
 pub struct Metrics {
@@ -12,6 +12,8 @@ pub struct Metrics {
     pub reconcile_duration: Histogram,
     /// Resets started, by cause (Unhealthy reason).
     pub resets: IntCounterVec,
+    /// 1 while this replica leads (reconciles), 0 while it stands by.
+    pub leader: IntGauge,
 }
 
 impl Metrics {
@@ -47,17 +49,23 @@ impl Metrics {
             ),
             &["reason", "outcome"],
         )?;
+        let leader = IntGauge::new(
+            "lifeboat_agent_leader",
+            "1 while this replica holds the leader lease and reconciles, else 0",
+        )?;
         registry.register(Box::new(phase_total.clone()))?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(resets.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
         Ok(Self {
             phase_total,
             reconciles,
             reconcile_errors,
             reconcile_duration,
             resets,
+            leader,
         })
     }
 }
@@ -80,6 +88,7 @@ mod tests {
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("appwrapper_phase_total{namespace=\"ns\",phase=\"Running\"} 1"));
         assert!(text.contains("lifeboat_agent_reconcile_errors_total{error=\"kube\"} 1"));
+        assert!(text.contains("lifeboat_agent_leader 0"));
         // Registering twice in one registry is refused (no silent duplicate series).
         assert!(Metrics::new(&registry).is_err());
     }

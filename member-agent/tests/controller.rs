@@ -3,7 +3,8 @@
 //! annotation.
 //!
 //! Clusters: member-1 runs the workload scenarios; member-2 the ones that break nodes, each on
-//! a pool of nodes of its own; member-3 the standalone `lifeboat-agent` binary.
+//! a pool of nodes of its own; member-3, one scenario at a time, the standalone `lifeboat-agent`
+//! binary and the leader-election handover (each runs agents that reconcile the whole cluster).
 
 mod support;
 
@@ -11,16 +12,25 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
+use lifeboat_agent::agent::{self, AgentOptions};
+use lifeboat_agent::config::OperatorConfig;
+use lifeboat_agent::webhook::{MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION};
 use lifeboat_api::appwrapper::AppWrapperPhase as Phase;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::{faults, nodes, wait};
+use lifeboat_runtime::leader::LeaseConfig;
 use serde_json::json;
 use support::*;
 
@@ -113,6 +123,14 @@ fn main() -> ExitCode {
                 deletion_on_failure,
             ),
             E2eTest::new("fifty_appwrappers_all_run", load_fifty),
+            E2eTest::new(
+                "leader_election_hands_over_on_a_crash_and_faster_on_release",
+                leader_handover,
+            ),
+            E2eTest::new(
+                "readyz_is_unready_until_every_watch_synced_also_on_a_standby",
+                readyz_follows_watch_sync,
+            ),
         ],
     )
 }
@@ -981,6 +999,7 @@ async fn spot_reclamation(ctx: Arc<TestContext>) -> TestResult {
 }
 
 async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
+    let _alone = member_3_alone().await;
     let kubeconfig = ctx.fleet.kubeconfig(M3)?;
     let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
@@ -1054,6 +1073,26 @@ async fn standalone_binary(ctx: Arc<TestContext>) -> TestResult {
     .await;
     let _ = child.kill();
     let _ = child.wait();
+    // Its webhook is gone with it: unregister it, or member-3 refuses every AppWrapper.
+    let client = ctx.client(M3).await?;
+    let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let validating: Api<ValidatingWebhookConfiguration> = Api::all(client);
+    for deleted in [
+        mutating
+            .delete(MUTATING_CONFIGURATION, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+        validating
+            .delete(VALIDATING_CONFIGURATION, &DeleteParams::default())
+            .await
+            .map(|_| ()),
+    ] {
+        match deleted {
+            Ok(()) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     result
 }
 
@@ -1251,4 +1290,337 @@ async fn load_fifty(ctx: Arc<TestContext>) -> TestResult {
         until_ready(api, name).await?;
     }
     Ok(())
+}
+
+/// Member-3's agents reconcile every namespace: its scenarios take turns.
+async fn member_3_alone() -> tokio::sync::MutexGuard<'static, ()> {
+    static MEMBER_3: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    MEMBER_3.lock().await
+}
+
+/// The status code and body of a plain HTTP GET.
+async fn http_status(
+    addr: std::net::SocketAddr,
+    path: &str,
+) -> Result<(u16, String), harness::TestError> {
+    let response = http_get(addr, path).await?;
+    let code = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("not an HTTP response: {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((code, body))
+}
+
+/// Waits until the agent at `metrics` answers `/readyz` with 200.
+async fn until_serving_ready(metrics: std::net::SocketAddr, what: &str) -> TestResult {
+    wait::until(what, T, || async {
+        match http_status(metrics, "/readyz").await {
+            Ok((200, _)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+fn lease_config(namespace: &str, name: &str, identity: &str) -> LeaseConfig {
+    LeaseConfig {
+        name: name.into(),
+        namespace: namespace.into(),
+        identity: identity.into(),
+        lease_duration: Duration::from_secs(6),
+        renew_deadline: Duration::from_secs(4),
+        retry_period: Duration::from_secs(1),
+    }
+}
+
+/// An in-process agent of `cluster` campaigning for `lease`; its metrics address.
+async fn elected_agent(
+    cluster: &str,
+    kubeconfig: std::path::PathBuf,
+    lease: LeaseConfig,
+) -> Result<(agent::SpawnedAgent, std::net::SocketAddr), harness::TestError> {
+    let metrics: std::net::SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let options = AgentOptions {
+        kubeconfig: Some(kubeconfig),
+        config: OperatorConfig::default(),
+        cluster: cluster.to_string(),
+        metrics_bind: Some(metrics),
+        concurrency: 4,
+        install_crd: false,
+        webhook: None,
+        leader_election: Some(lease),
+    };
+    Ok((
+        agent::spawn(options, prometheus::Registry::new()).await?,
+        metrics,
+    ))
+}
+
+async fn holder_of(leases: &Api<Lease>, name: &str) -> Result<(String, i32), String> {
+    let lease = leases.get(name).await.map_err(|e| e.to_string())?;
+    let spec = lease.spec.unwrap_or_default();
+    Ok((
+        spec.holder_identity.unwrap_or_default(),
+        spec.lease_transitions.unwrap_or_default(),
+    ))
+}
+
+/// Waits until `identity` holds the lease; the time it took and the transitions so far.
+async fn until_holder(
+    leases: &Api<Lease>,
+    name: &str,
+    identity: &str,
+) -> Result<(Duration, i32), harness::TestError> {
+    let started = Instant::now();
+    let transitions = wait::until(&format!("{identity} holds {name}"), T, || async {
+        match holder_of(leases, name).await? {
+            (holder, transitions) if holder == identity => Ok(transitions),
+            (holder, _) => Err(format!("held by {holder:?}")),
+        }
+    })
+    .await?;
+    Ok((started.elapsed(), transitions))
+}
+
+async fn leader_gauge(metrics: std::net::SocketAddr) -> Result<String, harness::TestError> {
+    let (_, body) = http_status(metrics, "/metrics").await?;
+    Ok(body
+        .lines()
+        .find(|l| l.starts_with("lifeboat_agent_leader "))
+        .unwrap_or_default()
+        .to_string())
+}
+
+async fn leader_handover(ctx: Arc<TestContext>) -> TestResult {
+    let _alone = member_3_alone().await;
+    let ns = ctx.namespace(M3).await?;
+    let client = ctx.client(M3).await?;
+    lifeboat_agent::install::ensure_crd(&client).await?;
+    let kubeconfig = ctx.fleet.kubeconfig(M3)?;
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let lease = "e2e-leader";
+    let timing = lease_config(&ns, lease, "");
+    let api: Api<lifeboat_api::appwrapper::AppWrapper> = Api::namespaced(client, &ns);
+    let run = |name: &str| appwrapper(name, &[], vec![job(name, "sleep infinity", 1, 0)]);
+
+    let (a, a_metrics) =
+        elected_agent(M3, kubeconfig.clone(), lease_config(&ns, lease, "agent-a")).await?;
+    until_holder(&leases, lease, "agent-a").await?;
+    let (b, b_metrics) =
+        elected_agent(M3, kubeconfig.clone(), lease_config(&ns, lease, "agent-b")).await?;
+    let result = async {
+        api.create(&PostParams::default(), &run("before-crash")?)
+            .await?;
+        until_ready(&api, "before-crash").await?;
+        assert_eq!(leader_gauge(a_metrics).await?, "lifeboat_agent_leader 1");
+        // The standby serves and is ready (its caches are warm) without leading.
+        until_serving_ready(b_metrics, "the standby ready").await?;
+        assert_eq!(leader_gauge(b_metrics).await?, "lifeboat_agent_leader 0");
+        assert_eq!(holder_of(&leases, lease).await?.0, "agent-a");
+
+        // A crash: nothing is released, the standby waits the lease out.
+        a.abort().await;
+        let (crash_handover, transitions) = until_holder(&leases, lease, "agent-b").await?;
+        assert_eq!(transitions, 1);
+        tracing::info!(?crash_handover, "handover after a crash of the leader");
+        // Not before the lease could have lapsed (the last renewal was at most one retry
+        // period before the crash), and at the first tries after it.
+        let retry = timing.retry_period;
+        assert!(
+            crash_handover >= timing.lease_duration - 2 * retry,
+            "took over after {crash_handover:?}, before the lease lapsed"
+        );
+        assert!(
+            crash_handover <= timing.lease_duration + 3 * retry + Duration::from_secs(1),
+            "took over after {crash_handover:?}"
+        );
+        api.create(&PostParams::default(), &run("after-crash")?)
+            .await?;
+        until_ready(&api, "after-crash").await?;
+        assert_eq!(leader_gauge(b_metrics).await?, "lifeboat_agent_leader 1");
+        consistently(&api, "before-crash", Phase::Running, Duration::from_secs(2)).await?;
+
+        // A graceful stop releases the lease: the standby takes it at its next try.
+        let (a, a_metrics) =
+            elected_agent(M3, kubeconfig.clone(), lease_config(&ns, lease, "agent-a")).await?;
+        until_serving_ready(a_metrics, "the new standby ready").await?;
+        let stopping = Instant::now();
+        b.stop().await?;
+        let (_, transitions) = until_holder(&leases, lease, "agent-a").await?;
+        // From the stop request: the controller's graceful stop, the release, the takeover.
+        let release_handover = stopping.elapsed();
+        tracing::info!(
+            ?release_handover,
+            "handover after a graceful stop of the leader"
+        );
+        assert_eq!(transitions, 2);
+        assert!(
+            release_handover < timing.lease_duration - retry,
+            "a released lease was taken after {release_handover:?}"
+        );
+        assert!(release_handover < crash_handover);
+        api.create(&PostParams::default(), &run("after-release")?)
+            .await?;
+        until_ready(&api, "after-release").await?;
+        // The workloads live on; their deletion is handled by the leader before it stops.
+        for name in ["before-crash", "after-crash", "after-release"] {
+            api.delete(name, &DeleteParams::default()).await?;
+        }
+        wait::until("AppWrappers deleted", T, || async {
+            let left = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .len();
+            if left == 0 {
+                Ok(())
+            } else {
+                Err(format!("{left} left"))
+            }
+        })
+        .await?;
+        a.stop().await?;
+        Ok::<_, harness::TestError>(())
+    }
+    .await;
+    // On failure the agents still running are dropped, which stops them.
+    result
+}
+
+/// A kubeconfig for `cluster` that authenticates as a service account (its token).
+async fn service_account_kubeconfig(
+    ctx: &TestContext,
+    cluster: &str,
+    namespace: &str,
+    account: &str,
+) -> Result<std::path::PathBuf, harness::TestError> {
+    let client = ctx.client(cluster).await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(client, namespace);
+    accounts
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": account}}))?,
+        )
+        .await?;
+    let token = accounts
+        .create_token_request(
+            account,
+            &PostParams::default(),
+            &serde_json::from_value(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}))?,
+        )
+        .await?
+        .status
+        .ok_or("no token issued")?
+        .token;
+    let admin = kube::config::Kubeconfig::read_from(ctx.fleet.kubeconfig(cluster)?)?;
+    let mut config = serde_json::to_value(&admin)?;
+    for user in config["users"]
+        .as_array_mut()
+        .ok_or("no users in the kubeconfig")?
+    {
+        user["user"] = json!({"token": token});
+    }
+    let path = ctx
+        .fleet
+        .state_dir()
+        .join(format!("{cluster}-{namespace}-{account}.kubeconfig"));
+    std::fs::write(&path, serde_json::to_vec(&config)?)?;
+    Ok(path)
+}
+
+async fn readyz_follows_watch_sync(ctx: Arc<TestContext>) -> TestResult {
+    let ns = ctx.namespace(M1).await?;
+    let client = ctx.client(M1).await?;
+    lifeboat_agent::install::ensure_crd(&client).await?;
+    // The lease is held by someone else for an hour: this agent stays a standby and writes
+    // nothing, whatever runs on the cluster.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let held = json!({"metadata": {"name": "e2e-readyz"}, "spec": {"holderIdentity": "someone-else",
+        "leaseDurationSeconds": 3600, "renewTime": k8s_openapi::jiff::Timestamp::now()}});
+    leases
+        .create(&PostParams::default(), &serde_json::from_value(held)?)
+        .await?;
+    // It may read what it watches except nodes: its node watch cannot sync.
+    let role = format!("{ns}-agent");
+    let read = json!(["get", "list", "watch"]);
+    let mut rules = json!([
+        {"apiGroups": ["workload.codeflare.dev"], "resources": ["appwrappers"], "verbs": read},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": read},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": read},
+    ]);
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    roles
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": role}, "rules": rules}))?,
+        )
+        .await?;
+    let bindings: Api<ClusterRoleBinding> = Api::all(client.clone());
+    bindings
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "readyz-agent", "namespace": ns}]}))?,
+        )
+        .await?;
+    let kubeconfig = service_account_kubeconfig(&ctx, M1, &ns, "readyz-agent").await?;
+    let (agent, metrics) = elected_agent(
+        M1,
+        kubeconfig,
+        lease_config(&ns, "e2e-readyz", "readyz-agent"),
+    )
+    .await?;
+    let result = async {
+        // Served at once; unready, naming the watch that has not synced, for as long as it
+        // cannot.
+        let unready = wait::until("only the node watch unsynced", T, || async {
+            match http_status(metrics, "/readyz").await {
+                Ok((503, body)) if body == "watches not synced yet: nodes" => Ok(body),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await?;
+        assert_eq!(http_status(metrics, "/healthz").await?, (200, "ok".into()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(http_status(metrics, "/readyz").await?, (503, unready));
+        // Allowed to list nodes, the watch syncs on its next retry.
+        rules
+            .as_array_mut()
+            .ok_or("rules")?
+            .push(json!({"apiGroups": [""], "resources": ["nodes"], "verbs": read}));
+        roles
+            .patch(
+                &role,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"rules": rules})),
+            )
+            .await?;
+        wait::until("ready once the node watch synced", T, || async {
+            match http_status(metrics, "/readyz").await {
+                Ok((200, body)) if body == "ok" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await?;
+        // Ready as a standby: it never led nor touched the lease.
+        assert_eq!(leader_gauge(metrics).await?, "lifeboat_agent_leader 0");
+        assert_eq!(
+            holder_of(&leases, "e2e-readyz").await?,
+            ("someone-else".to_string(), 0)
+        );
+        Ok::<_, harness::TestError>(())
+    }
+    .await;
+    agent.stop().await?;
+    roles.delete(&role, &DeleteParams::default()).await?;
+    bindings.delete(&role, &DeleteParams::default()).await?;
+    result
 }

@@ -175,11 +175,16 @@ async fn create_component(
         Err(e) => return CreateResult::Retryable(e.to_string()),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
-    match api.create(&PostParams::default(), &object).await {
-        Ok(created) => CreateResult::Created {
-            name: created.name_any(),
-        },
-        Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "AlreadyExists" => {
+    let err = match api.create(&PostParams::default(), &object).await {
+        Ok(created) => {
+            return CreateResult::Created {
+                name: created.name_any(),
+            };
+        }
+        Err(e) => e,
+    };
+    match classify_create_error(&err) {
+        CreateFailure::AlreadyExists => {
             // Created before a crash, or by someone else: only ours counts as created.
             match api.get(&object.name_any()).await {
                 Ok(existing) => {
@@ -201,13 +206,43 @@ async fn create_component(
                 Err(e) => CreateResult::Retryable(e.to_string()),
             }
         }
-        // Invalid (422) and BadRequest (400): the template itself is wrong; NotFound (404): the
-        // kind is gone. Retrying cannot help.
-        Err(kube::Error::Api(s)) if matches!(s.code, 400 | 404 | 422) => {
-            CreateResult::Fatal(s.message)
+        CreateFailure::Fatal(message) => CreateResult::Fatal(message),
+        CreateFailure::Retryable(message) => CreateResult::Retryable(message),
+    }
+}
+
+/// What a failed component create means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateFailure {
+    /// An object of that name exists: whether it counts as created depends on its controller.
+    AlreadyExists,
+    /// Retrying cannot help: the template is invalid or the kind is gone.
+    Fatal(String),
+    /// May succeed later: conflicts, quota, throttling, API server or network trouble.
+    Retryable(String),
+}
+
+/// Classifies the error of a component create. Invalid (422) and BadRequest (400): the template
+/// itself is wrong; NotFound (404): the kind (or the namespace) is gone. Every other answer,
+/// including Forbidden (RBAC may be fixed) and a 409 that is not AlreadyExists, is retried.
+pub fn classify_create_error(error: &kube::Error) -> CreateFailure {
+    match error {
+        kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists" => {
+            CreateFailure::AlreadyExists
         }
-        Err(kube::Error::Api(s)) => CreateResult::Retryable(s.message),
-        Err(e) => CreateResult::Retryable(e.to_string()),
+        kube::Error::Api(s) => {
+            let message = if s.message.is_empty() {
+                format!("{} ({})", s.reason, s.code)
+            } else {
+                s.message.clone()
+            };
+            if matches!(s.code, 400 | 404 | 422) {
+                CreateFailure::Fatal(message)
+            } else {
+                CreateFailure::Retryable(message)
+            }
+        }
+        other => CreateFailure::Retryable(other.to_string()),
     }
 }
 
@@ -297,7 +332,7 @@ pub async fn publish_events(aw: &AppWrapper, events: &[EventNote], ctx: &Context
     }
 }
 
-fn truncate(s: &str, max: usize) -> String {
+pub(super) fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
@@ -307,3 +342,6 @@ fn truncate(s: &str, max: usize) -> String {
     }
     s[..end].to_string()
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,20 +4,26 @@
 //! decision made on a stale read is rejected by the API server and retried.
 
 mod apply;
+pub mod failures;
+#[cfg(test)]
+mod mock;
 mod observe;
 pub mod watches;
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use kube::api::Api;
+use futures::channel::mpsc::UnboundedReceiver;
+use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use lifeboat_api::appwrapper::constants::FINALIZER;
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase as Phase};
+use lifeboat_runtime::leader::Leadership;
+use lifeboat_runtime::readiness::Readiness;
 use tracing::Instrument;
 
 use crate::config::AppWrapperConfig;
@@ -31,7 +37,8 @@ use watches::ComponentWatches;
 /// Errors of one reconcile. Each has a low-cardinality metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("kubernetes API ({context}): {source}")]
+    /// The source is said by the error chain (`failures::error_chain`), not by this text.
+    #[error("kubernetes API ({context})")]
     Kube {
         context: String,
         #[source]
@@ -83,9 +90,42 @@ pub struct Context {
     pub metrics: Metrics,
     /// Name of the cluster this agent runs in (for logs and spans).
     pub cluster: String,
+    /// Runs of failed reconciles, for backoff and Warning Events.
+    pub failures: failures::Failures,
 }
 
 impl Context {
+    /// The controller's state for `client`'s cluster, with empty indexes; wrapped-kind watches
+    /// send their reconcile requests to `trigger` and report their sync to `readiness`.
+    pub fn new(
+        client: kube::Client,
+        config: Arc<AppWrapperConfig>,
+        metrics: Metrics,
+        cluster: String,
+        trigger: watches::Trigger,
+        readiness: Readiness,
+    ) -> Self {
+        let nodes =
+            NodeHealthIndex::new(config.autopilot.clone(), config.reclamation_taints.clone());
+        Self {
+            client: client.clone(),
+            config,
+            pods: Arc::new(RwLock::new(PodIndex::default())),
+            nodes: Arc::new(RwLock::new(nodes)),
+            components: ComponentWatches::new(client.clone(), trigger, readiness),
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: "lifeboat-agent".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
+            metrics,
+            cluster,
+            failures: failures::Failures::default(),
+        }
+    }
+
     fn monitor_nodes(&self) -> bool {
         self.config
             .autopilot
@@ -98,9 +138,29 @@ impl Context {
 pub struct ControllerOptions {
     pub cluster: String,
     pub concurrency: u16,
+    /// Reconcile only while this replica leads ([`Leadership::always`] without election).
+    pub leadership: Leadership,
+    /// The process's readiness: the watches started here report their initial sync to it.
+    pub readiness: Readiness,
+    /// The core watches, registered with `readiness` by the caller before serving `/readyz`.
+    pub core_watches: watches::CoreWatches,
 }
 
-/// Runs the controller until `shutdown` resolves.
+/// Reconcile requests from the watches, passed on to the controller of the current leadership
+/// term, dropped while standing by (a new term reconciles every AppWrapper anyway).
+type Gate = Arc<Mutex<Option<watches::Trigger>>>;
+
+async fn forward(mut requests: UnboundedReceiver<ObjectRef<AppWrapper>>, gate: Gate) {
+    while let Some(request) = requests.next().await {
+        if let Some(term) = gate.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = term.unbounded_send(request);
+        }
+    }
+}
+
+/// Runs the controller until `shutdown` resolves. The watches (and so the caches) run from the
+/// start; reconciles run only while `options.leadership` says this replica leads, and are
+/// aborted at once when it stops leading.
 pub async fn run(
     client: kube::Client,
     config: Arc<AppWrapperConfig>,
@@ -108,59 +168,93 @@ pub async fn run(
     options: ControllerOptions,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let ControllerOptions {
+        cluster,
+        concurrency,
+        mut leadership,
+        readiness,
+        core_watches,
+    } = options;
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    let pods = Arc::new(RwLock::new(PodIndex::default()));
-    let nodes = Arc::new(RwLock::new(NodeHealthIndex::new(
-        config.autopilot.clone(),
-        config.reclamation_taints.clone(),
-    )));
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        config: config.clone(),
-        pods: pods.clone(),
-        nodes: nodes.clone(),
-        components: ComponentWatches::new(client.clone(), tx.clone()),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "lifeboat-agent".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        config,
         metrics,
-        cluster: options.cluster,
-    });
-    tokio::spawn(watches::watch_pods(
+        cluster,
+        tx.clone(),
+        readiness,
+    ));
+    let (pods, nodes) = (ctx.pods.clone(), ctx.nodes.clone());
+    let (reader, writer) = reflector::store();
+    let gate: Gate = Arc::default();
+    // Dropped (and so aborted) with this function, finished or cancelled.
+    let mut background = tokio::task::JoinSet::new();
+    background.spawn(watches::watch_appwrappers(
+        client.clone(),
+        writer,
+        tx.clone(),
+        core_watches.appwrappers,
+    ));
+    background.spawn(watches::watch_pods(
         client.clone(),
         pods.clone(),
         tx.clone(),
+        core_watches.pods,
     ));
-    tokio::spawn(watches::watch_nodes(client.clone(), nodes, pods, tx));
+    background.spawn(watches::watch_nodes(
+        client,
+        nodes,
+        pods,
+        tx,
+        core_watches.nodes,
+    ));
+    background.spawn(forward(rx, gate.clone()));
 
-    // The controller's cache of AppWrappers, without managed fields (the largest part of an
-    // object that the controller never reads).
-    let api: Api<AppWrapper> = Api::all(client);
-    let (reader, writer) = reflector::store();
-    let appwrappers = watcher(api, watcher::Config::default())
-        .default_backoff()
-        .modify(|aw| aw.managed_fields_mut().clear())
-        .reflect(writer)
-        .applied_objects();
-    Controller::for_stream(appwrappers, reader)
+    let shutdown = shutdown.shared();
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.clone() => break,
+            () = leadership.acquired() => {}
+        }
+        tracing::info!("leading: reconciling every AppWrapper");
+        let (term, requests) = futures::channel::mpsc::unbounded();
+        *gate.lock().unwrap_or_else(|e| e.into_inner()) = Some(term);
+        ctx.metrics.leader.set(1);
+        let store = reader.clone();
+        let everything = futures::stream::once(async move {
+            let _ = store.wait_until_ready().await;
+        });
+        let controller = Controller::for_stream(
+            futures::stream::pending::<Result<AppWrapper, watcher::Error>>(),
+            reader.clone(),
+        )
         .with_config(
             ControllerConfig::default()
-                .concurrency(options.concurrency)
+                .concurrency(concurrency)
                 .debounce(Duration::ZERO),
         )
-        .reconcile_on(rx)
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .reconcile_on(requests)
+        .reconcile_all_on(everything)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile, error_policy, ctx.clone())
         .for_each(|result| async move {
             if let Err(e) = result {
                 tracing::debug!(error = %e, "reconcile failed");
             }
-        })
-        .await;
+        });
+        let finished = tokio::select! {
+            () = controller => true,
+            // Dropping the controller aborts its reconciles: no write after this point.
+            () = leadership.lost() => false,
+        };
+        *gate.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        ctx.metrics.leader.set(0);
+        if finished {
+            break;
+        }
+        tracing::warn!("lost leadership: reconciles aborted; standing by with warm caches");
+    }
 }
 
 fn error_policy(aw: Arc<AppWrapper>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -170,11 +264,12 @@ fn error_policy(aw: Arc<AppWrapper>, error: &Error, ctx: Arc<Context>) -> Action
         .inc();
     match error {
         // Somebody (often ourselves) wrote the object since we read it: look again at once.
-        Error::Conflict => Action::requeue(Duration::from_millis(50)),
-        _ => {
-            tracing::warn!(appwrapper = %aw.name_any(), namespace = aw.namespace().unwrap_or_default(), error = %error, "reconcile failed");
-            Action::requeue(Duration::from_secs(5))
-        }
+        Error::Conflict => Action::requeue(failures::CONFLICT_RETRY),
+        // Counted by `failures::record` when the reconcile returned.
+        _ => Action::requeue(ctx.failures.retry_after(&AwKey::new(
+            aw.namespace().unwrap_or_default(),
+            aw.name_any(),
+        ))),
     }
 }
 
@@ -184,10 +279,13 @@ async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Err
     let name = aw.name_any();
     let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %namespace, appwrapper = %name);
     ctx.metrics.reconciles.inc();
-    let result = reconcile_appwrapper(&aw, &ctx).instrument(span).await;
+    let result = reconcile_appwrapper(&aw, &ctx)
+        .instrument(span.clone())
+        .await;
     ctx.metrics
         .reconcile_duration
         .observe(started.elapsed().as_secs_f64());
+    failures::record(&aw, &result, &ctx).instrument(span).await;
     result
 }
 

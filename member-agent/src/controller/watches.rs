@@ -1,6 +1,7 @@
-//! Watches that keep the indexes current and trigger reconciles: pods with the AppWrapper label,
-//! nodes (health), and, started on first use, the wrapped objects of every kind AppWrappers use.
-//! Failures are noticed from these watches, not from a periodic poll.
+//! Watches that keep the caches current and trigger reconciles: AppWrappers, pods with the
+//! AppWrapper label, nodes (health), and, started on first use, the wrapped objects of every kind
+//! AppWrappers use. Failures are noticed from these watches, not from a periodic poll. Each
+//! watch reports its initial sync to the process's readiness.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -9,11 +10,14 @@ use std::time::{Duration, Instant};
 use futures::channel::mpsc::UnboundedSender;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
+use lifeboat_runtime::readiness::{Readiness, WatchSync};
+use tokio::task::AbortHandle;
 
 use crate::index::{AwKey, ComponentIndex, PodIndex};
 use crate::node_health::NodeHealthIndex;
@@ -66,8 +70,12 @@ fn labelled() -> watcher::Config {
     watcher::Config::default().labels(APPWRAPPER_LABEL)
 }
 
-async fn run<K, S>(name: &'static str, stream: S, mut on_change: impl FnMut(Change<K>))
-where
+async fn run<K, S>(
+    name: &'static str,
+    stream: S,
+    sync: WatchSync,
+    mut on_change: impl FnMut(Change<K>),
+) where
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
 {
     let mut feeder = Feeder::default();
@@ -76,7 +84,11 @@ where
         match event {
             Ok(event) => {
                 if let Some(change) = feeder.feed(event) {
+                    let initial_list = matches!(change, Change::Reset(_));
                     on_change(change);
+                    if initial_list {
+                        sync.synced();
+                    }
                 }
             }
             Err(e) => {
@@ -86,11 +98,64 @@ where
     }
 }
 
+/// The watches every controller starts, registered with the process's readiness before they
+/// run (so that `/readyz` is not ready before the controller has even started).
+pub struct CoreWatches {
+    pub appwrappers: WatchSync,
+    pub pods: WatchSync,
+    pub nodes: WatchSync,
+}
+
+impl CoreWatches {
+    pub fn expect(readiness: &Readiness) -> Self {
+        Self {
+            appwrappers: readiness.expect("appwrappers"),
+            pods: readiness.expect("pods"),
+            nodes: readiness.expect("nodes"),
+        }
+    }
+}
+
+/// Watches AppWrappers into the controller's cache (without managed fields, the largest part of
+/// an object that the controller never reads) and asks for a reconcile of each one that changed.
+/// It runs whether or not this replica leads, so a standby's cache is warm.
+pub async fn watch_appwrappers(
+    client: kube::Client,
+    writer: reflector::store::Writer<AppWrapper>,
+    tx: Trigger,
+    sync: WatchSync,
+) {
+    let api: Api<AppWrapper> = Api::all(client);
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|aw| aw.managed_fields_mut().clear())
+        .reflect(writer);
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(watcher::Event::Apply(aw) | watcher::Event::InitApply(aw)) => {
+                let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
+                trigger(&tx, [key]);
+            }
+            Ok(watcher::Event::InitDone) => sync.synced(),
+            Ok(watcher::Event::Init | watcher::Event::Delete(_)) => {}
+            Err(e) => {
+                tracing::warn!(watch = "appwrappers", error = %e, "watch error; retrying with backoff")
+            }
+        }
+    }
+}
+
 /// Watches the AppWrapper-labelled pods of the cluster.
-pub async fn watch_pods(client: kube::Client, pods: Arc<RwLock<PodIndex>>, tx: Trigger) {
+pub async fn watch_pods(
+    client: kube::Client,
+    pods: Arc<RwLock<PodIndex>>,
+    tx: Trigger,
+    sync: WatchSync,
+) {
     let api: Api<Pod> = Api::all(client);
     let stream = watcher(api, labelled()).default_backoff();
-    run("pods", stream, |change| {
+    run("pods", stream, sync, |change| {
         let mut index = pods.write().unwrap_or_else(|e| e.into_inner());
         let touched = match change {
             Change::Reset(objs) => index.reset(objs),
@@ -109,10 +174,11 @@ pub async fn watch_nodes(
     nodes: Arc<RwLock<NodeHealthIndex>>,
     pods: Arc<RwLock<PodIndex>>,
     tx: Trigger,
+    sync: WatchSync,
 ) {
     let api: Api<Node> = Api::all(client);
     let stream = watcher(api, watcher::Config::default()).default_backoff();
-    run("nodes", stream, |change| {
+    run("nodes", stream, sync, |change| {
         let mut index = nodes.write().unwrap_or_else(|e| e.into_inner());
         let affected: Vec<String> = match change {
             Change::Reset(objs) => {
@@ -165,22 +231,26 @@ pub struct KindError {
 struct KindWatch {
     resource: ApiResource,
     index: Arc<RwLock<ComponentIndex>>,
+    task: AbortHandle,
 }
 
-/// Watches of wrapped kinds, started the first time an AppWrapper uses a kind.
+/// Watches of wrapped kinds, started the first time an AppWrapper uses a kind; stopped when
+/// this is dropped.
 pub struct ComponentWatches {
     client: kube::Client,
     tx: Trigger,
+    readiness: Readiness,
     kinds: Mutex<HashMap<(String, String), Arc<KindWatch>>>,
     /// Kinds discovery did not find, and when; retried after a minute (a CRD may be installed).
     missing: Mutex<HashMap<(String, String), Instant>>,
 }
 
 impl ComponentWatches {
-    pub fn new(client: kube::Client, tx: Trigger) -> Self {
+    pub fn new(client: kube::Client, tx: Trigger, readiness: Readiness) -> Self {
         Self {
             client,
             tx,
+            readiness,
             kinds: Mutex::new(HashMap::new()),
             missing: Mutex::new(HashMap::new()),
         }
@@ -248,9 +318,10 @@ impl ComponentWatches {
                 let stream = watcher(api, labelled()).default_backoff();
                 let (index2, tx) = (index.clone(), self.tx.clone());
                 let name = format!("{api_version} {kind}");
-                tokio::spawn(async move {
+                let sync = self.readiness.expect(name.clone());
+                let task = tokio::spawn(async move {
                     tracing::info!(kind = %name, "watching wrapped kind");
-                    run("components", stream, |change| {
+                    run("components", stream, sync, |change| {
                         let mut index = index2.write().unwrap_or_else(|e| e.into_inner());
                         let touched = match change {
                             Change::Reset(objs) => index.reset(objs),
@@ -265,10 +336,24 @@ impl ComponentWatches {
                 Arc::new(KindWatch {
                     resource: resource.clone(),
                     index,
+                    task: task.abort_handle(),
                 })
             })
             .clone();
         Ok((watch.resource.clone(), watch.index.clone()))
+    }
+}
+
+impl Drop for ComponentWatches {
+    fn drop(&mut self) {
+        for watch in self
+            .kinds
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            watch.task.abort();
+        }
     }
 }
 

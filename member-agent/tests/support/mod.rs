@@ -39,7 +39,7 @@ fn slot(cluster: &str) -> Slot {
         .clone()
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -56,6 +56,7 @@ async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
         concurrency: 16,
         install_crd: true,
         webhook: None,
+        leader_election: None,
     };
     let agent = agent::spawn(options, prometheus::Registry::new()).await?;
     Ok(AgentHandle { agent, metrics })
