@@ -20,6 +20,7 @@
 //! ```
 
 pub mod authority;
+pub mod client;
 pub mod files;
 pub mod pem;
 pub mod renewal;
@@ -82,9 +83,6 @@ pub(crate) mod test_support {
     use std::net::SocketAddr;
     use std::sync::Arc;
 
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
-
     use crate::ReloadingResolver;
 
     /// Serves TLS handshakes with `resolver` until the returned task is aborted.
@@ -109,32 +107,10 @@ pub(crate) mod test_support {
 
     /// Connects trusting only `ca_pem` and returns the leaf certificate the server presented.
     pub async fn presented(addr: SocketAddr, ca_pem: &str) -> Result<Vec<u8>, String> {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots
-                .add(cert.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
-        }
-        let config = rustls::ClientConfig::builder_with_provider(crate::crypto_provider())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let tcp = tokio::net::TcpStream::connect(addr)
+        crate::client::presented_certificate(addr, "127.0.0.1", ca_pem)
             .await
-            .map_err(|e| e.to_string())?;
-        let name = ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
-        let tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-            .connect(name, tcp)
-            .await
-            .map_err(|e| e.to_string())?;
-        let leaf = tls
-            .get_ref()
-            .1
-            .peer_certificates()
-            .and_then(|chain| chain.first())
-            .ok_or("no certificate presented")?;
-        Ok(leaf.as_ref().to_vec())
+            .map(|leaf| leaf.as_ref().to_vec())
+            .map_err(|e| e.to_string())
     }
 
     /// A CA valid for a day.
