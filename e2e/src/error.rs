@@ -13,7 +13,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error("generating certificates: {0}")]
-    Pki(#[from] rcgen::Error),
+    Pki(#[from] lifeboat_tls::TlsError),
     #[error(
         "Kubernetes binary {name} not found in {dir}; build them with `e2e/k8s/build.sh` (or `make k8s-bins`), or set LIFEBOAT_K8S_BIN_DIR"
     )]
@@ -68,10 +68,6 @@ impl Error {
             path: path.to_path_buf(),
             source,
         }
-    }
-
-    pub fn pki(e: rcgen::Error) -> Self {
-        Error::Pki(e)
     }
 
     pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {

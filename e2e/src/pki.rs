@@ -1,14 +1,18 @@
 //! Certificates and keys for the local fleet: one CA signs every serving and client certificate,
 //! and one key signs service-account tokens. Everything is written as PEM files into the state dir.
+//! The certificates themselves are made by `lifeboat-tls`, the project's one CA helper.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
-};
+use lifeboat_tls::authority::CA_LIFETIME;
+use lifeboat_tls::{CertificateAuthority, IssuedCertificate, Validity, generate_key_pair};
 
 use crate::error::{Error, Result};
+
+/// Lifetime of the fleet's serving and client certificates: a fleet is recreated (with a new
+/// CA) at every `fleet up`, so a year outlives any of them.
+pub const CERT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Paths of a certificate and its private key.
 #[derive(Debug, Clone)]
@@ -20,7 +24,7 @@ pub struct CertFiles {
 /// The fleet's certificate authority, able to issue more certificates.
 pub struct Pki {
     dir: PathBuf,
-    ca: CertifiedIssuer<'static, KeyPair>,
+    ca: CertificateAuthority,
     pub ca_cert: PathBuf,
     /// The CA's private key (kube-controller-manager signs CSRs with it).
     pub ca_key: PathBuf,
@@ -34,37 +38,34 @@ impl Pki {
     /// Creates a new CA and service-account key under `dir`.
     pub fn create(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
-        let ca_key = KeyPair::generate().map_err(Error::pki)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(Error::pki)?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "lifeboat-fleet-ca");
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_key_file = dir.join("ca.key");
-        write_private(&ca_key_file, &ca_key.serialize_pem())?;
-        let ca = CertifiedIssuer::self_signed(params, ca_key).map_err(Error::pki)?;
+        let ca = CertificateAuthority::generate(
+            "lifeboat-fleet-ca",
+            Validity::starting_now(CA_LIFETIME),
+        )?;
+        let ca_key = dir.join("ca.key");
+        write_private(&ca_key, ca.key_pem())?;
         let ca_cert = dir.join("ca.crt");
-        write_private(&ca_cert, &ca.pem())?;
+        write_private(&ca_cert, ca.cert_pem())?;
 
-        let sa_key = KeyPair::generate().map_err(Error::pki)?;
+        let sa_key = generate_key_pair()?;
         let service_account_key = dir.join("service-account.key");
-        write_private(&service_account_key, &sa_key.serialize_pem())?;
+        write_private(&service_account_key, &sa_key.private_pem)?;
         let service_account_pub = dir.join("service-account.pub");
-        write_private(&service_account_pub, &sa_key.public_key_pem())?;
+        write_private(&service_account_pub, &sa_key.public_pem)?;
 
         Ok(Self {
             dir: dir.to_path_buf(),
             ca,
             ca_cert,
-            ca_key: ca_key_file,
+            ca_key,
             service_account_key,
             service_account_pub,
         })
+    }
+
+    /// The CA (to issue more certificates in memory, e.g. for a webhook under test).
+    pub fn authority(&self) -> &CertificateAuthority {
+        &self.ca
     }
 
     /// Issues a TLS serving certificate for loopback, valid for the given extra DNS names.
@@ -78,42 +79,37 @@ impl Pki {
             "10.0.0.1".to_string(),
         ];
         sans.extend(extra_dns.iter().map(|s| s.to_string()));
-        let mut params = CertificateParams::new(sans).map_err(Error::pki)?;
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        self.issue(name, params)
+        let issued = self
+            .ca
+            .issue_serving(name, &sans, Validity::starting_now(CERT_LIFETIME))?;
+        self.write(name, &issued)
     }
 
-    /// Issues a client certificate: `user` becomes the Kubernetes user name, `groups` its groups.
+    /// Issues a client certificate: `user` becomes the Kubernetes user name, `groups` its group
+    /// (at most one: the certificate carries one O attribute).
     pub fn client_cert(&self, file_name: &str, user: &str, groups: &[&str]) -> Result<CertFiles> {
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(Error::pki)?;
-        params.distinguished_name.push(DnType::CommonName, user);
-        for group in groups {
-            params
-                .distinguished_name
-                .push(DnType::OrganizationName, *group);
-        }
-        params.key_usages = vec![
-            KeyUsagePurpose::DigitalSignature,
-            KeyUsagePurpose::KeyEncipherment,
-        ];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-        self.issue(file_name, params)
+        let group = match groups {
+            [] => None,
+            [group] => Some(*group),
+            more => {
+                return Err(Error::Invalid(format!(
+                    "client certificate {file_name} for {user}: at most one group, got {more:?}"
+                )));
+            }
+        };
+        let issued = self
+            .ca
+            .issue_client(user, group, Validity::starting_now(CERT_LIFETIME))?;
+        self.write(file_name, &issued)
     }
 
-    fn issue(&self, file_name: &str, params: CertificateParams) -> Result<CertFiles> {
-        let key = KeyPair::generate().map_err(Error::pki)?;
-        let cert = params.signed_by(&key, &self.ca).map_err(Error::pki)?;
+    fn write(&self, file_name: &str, issued: &IssuedCertificate) -> Result<CertFiles> {
         let files = CertFiles {
             cert: self.dir.join(format!("{file_name}.crt")),
             key: self.dir.join(format!("{file_name}.key")),
         };
-        write_private(&files.cert, &cert.pem())?;
-        write_private(&files.key, &key.serialize_pem())?;
+        write_private(&files.cert, &issued.cert_pem)?;
+        write_private(&files.key, &issued.key_pem)?;
         Ok(files)
     }
 }
@@ -130,4 +126,44 @@ fn write_private(path: &Path, contents: &str) -> Result<()> {
         .map_err(|e| Error::io(path, e))?;
     file.write_all(contents.as_bytes())
         .map_err(|e| Error::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fleet_ca_issues_serving_and_client_certificates() {
+        let dir = std::env::temp_dir().join(format!("lifeboat-pki-test-{}", std::process::id()));
+        let pki = Pki::create(&dir).unwrap();
+        let ca_pem = std::fs::read_to_string(&pki.ca_cert).unwrap();
+        let ca_key = std::fs::read_to_string(&pki.ca_key).unwrap();
+        // the files make the same CA again (kube-controller-manager signs with them)
+        CertificateAuthority::from_pem(&ca_pem, &ca_key, "ca files").unwrap();
+
+        let serving = pki
+            .serving_cert("kube-apiserver", &["extra.local"])
+            .unwrap();
+        let info =
+            lifeboat_tls::pem::inspect_pem(&std::fs::read_to_string(&serving.cert).unwrap(), "x")
+                .unwrap();
+        assert_eq!(info.subject, "CN=kube-apiserver");
+        assert!(!info.is_ca);
+
+        let admin = pki
+            .client_cert("admin", "lifeboat-admin", &["system:masters"])
+            .unwrap();
+        let info =
+            lifeboat_tls::pem::inspect_pem(&std::fs::read_to_string(&admin.cert).unwrap(), "x")
+                .unwrap();
+        assert_eq!(info.subject, "CN=lifeboat-admin, O=system:masters");
+        let err = pki
+            .client_cert("two", "u", &["a", "b"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("at most one group"), "{err}");
+        let sa = std::fs::read_to_string(&pki.service_account_pub).unwrap();
+        assert!(sa.starts_with("-----BEGIN PUBLIC KEY-----"), "{sa}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -135,10 +135,10 @@ pub async fn run(
     }
     // Served by every replica, leading or not.
     if let Some(config) = options.webhook.clone() {
-        let hook = webhook::Webhook::bind(config, &registry).await?;
+        let hook = webhook::Webhook::bind(config, &client, &registry).await?;
         let endpoint = hook.endpoint();
         tracing::info!(addr = %hook.local_addr(), "serving the admission webhook");
-        let serve = hook.serve(client.clone(), app_config.clone(), stopped(stop_rx.clone()));
+        let serve = hook.serve(app_config.clone(), stopped(stop_rx.clone()));
         background.spawn(async move {
             if let Err(e) = serve.await {
                 tracing::error!(error = %e, "admission webhook stopped");

@@ -5,20 +5,25 @@
 //! One member cluster. The CRD install, the webhook and its registration are shared by the tests
 //! (set up once, by whichever test comes first); each test works in its own namespace.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use lifeboat_agent::config::AppWrapperConfig;
 use lifeboat_agent::install::{CrdInstall, ensure_crd};
 use lifeboat_agent::webhook::{
-    CertificateSource, ClientConfigTarget, VALIDATING_WEBHOOK, Webhook, WebhookConfig, register,
+    CertificateSource, ClientConfigTarget, MAX_COMPONENTS, VALIDATING_WEBHOOK, Webhook,
+    WebhookConfig, register,
 };
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
+use lifeboat_e2e::wait;
+use lifeboat_tls::{CertificateAuthority, ServingCertificate, Validity};
 use prometheus::Registry;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -68,12 +73,41 @@ fn main() -> ExitCode {
             E2eTest::new("well_formed_appwrappers_are_accepted", well_formed),
             E2eTest::new("podsets_are_inferred_for_known_kinds", inference),
             E2eTest::new("admission_verdicts_are_counted", metrics_count),
+            E2eTest::new(
+                "too_many_components_are_rejected_naming_the_field",
+                too_many_components,
+            ),
+            E2eTest::new("made_up_kinds_are_rejected_naming_the_kind", made_up_kinds),
+            E2eTest::new(
+                "rotated_certificate_files_are_served_without_a_restart",
+                rotated_files,
+            ),
+            E2eTest::new(
+                "webhooks_started_against_one_cluster_share_the_ca_secret",
+                shared_ca_secret,
+            ),
         ],
     )
 }
 
 // ---------------------------------------------------------------------------------------------
-// Shared setup: CRD, webhook server, registration.
+// Shared setup: CRDs, webhook server, registration.
+
+/// Kinds the upstream samples and webhook tests wrap, served here by CRDs as in upstream's test
+/// environment (training-operator, KubeRay, JobSet, LeaderWorkerSet): a kind discovery does not
+/// know is rejected.
+const WRAPPED_KINDS: [(&str, &str, &str, &str); 5] = [
+    ("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
+    ("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+    (
+        "leaderworkerset.x-k8s.io",
+        "v1",
+        "LeaderWorkerSet",
+        "leaderworkersets",
+    ),
+    ("ray.io", "v1", "RayCluster", "rayclusters"),
+    ("ray.io", "v1", "RayJob", "rayjobs"),
+];
 
 struct Setup {
     kubeconfig: PathBuf,
@@ -81,6 +115,41 @@ struct Setup {
     registry: Registry,
     crd_outcomes: Vec<CrdInstall>,
     short_names_after_repair: Option<Vec<String>>,
+    /// The webhook serves the certificate in these files (issued by `ca`).
+    cert_files: CertFiles,
+    ca: CertificateAuthority,
+    webhook_addr: std::net::SocketAddr,
+}
+
+/// Where the registered webhook's certificate lives.
+struct CertFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+}
+
+impl CertFiles {
+    /// Writes `serving` as a rotation does: each file replaced by a rename.
+    fn write(&self, serving: &ServingCertificate) -> std::io::Result<()> {
+        for (path, contents) in [
+            (&self.ca, &serving.ca_bundle_pem),
+            (&self.key, &serving.key_pem),
+            (&self.cert, &serving.chain_pem),
+        ] {
+            let next = path.with_extension("next");
+            std::fs::write(&next, contents)?;
+            std::fs::rename(&next, path)?;
+        }
+        Ok(())
+    }
+}
+
+fn serving_certificate(ca: &CertificateAuthority) -> Result<ServingCertificate, TestError> {
+    Ok(ca.serving_certificate(
+        "127.0.0.1",
+        &["127.0.0.1".into()],
+        Validity::starting_now(Duration::from_secs(24 * 3600)),
+    )?)
 }
 
 static SETUP: OnceCell<Setup> = OnceCell::const_new();
@@ -90,6 +159,8 @@ async fn setup(ctx: &TestContext) -> Result<&'static Setup, TestError> {
         .get_or_try_init(|| async {
             let cluster = ctx.first_member();
             let client = ctx.client(&cluster).await?;
+            let kubeconfig = ctx.fleet.kubeconfig(&cluster)?;
+            let cache_dir = ctx.fleet.state_dir().join("kubectl-cache");
             // Install, install again, then repair a drift made by another field manager. Done
             // here, before the webhook tests run, so no test sees the CRD change under it.
             let mut crd_outcomes = vec![ensure_crd(&client).await?, ensure_crd(&client).await?];
@@ -102,6 +173,21 @@ async fn setup(ctx: &TestContext) -> Result<&'static Setup, TestError> {
             .await?;
             crd_outcomes.push(ensure_crd(&client).await?);
             let short_names_after_repair = crds.get(CRD_NAME).await?.spec.names.short_names;
+            install_wrapped_kinds(&kubeconfig, &cache_dir).await?;
+
+            // The webhook serves PEM files, as from a mounted cert-manager Secret.
+            let dir = ctx.fleet.state_dir().join("webhook-tls");
+            std::fs::create_dir_all(&dir)?;
+            let cert_files = CertFiles {
+                cert: dir.join("tls.crt"),
+                key: dir.join("tls.key"),
+                ca: dir.join("ca.crt"),
+            };
+            let ca = CertificateAuthority::generate(
+                "webhook-e2e-ca",
+                Validity::starting_now(Duration::from_secs(24 * 3600)),
+            )?;
+            cert_files.write(&serving_certificate(&ca)?)?;
 
             let registry = Registry::new();
             let webhook = Webhook::bind(
@@ -111,23 +197,25 @@ async fn setup(ctx: &TestContext) -> Result<&'static Setup, TestError> {
                         host: "127.0.0.1".into(),
                         port: None,
                     },
-                    certificate: CertificateSource::Generate,
+                    certificate: CertificateSource::Files {
+                        cert: cert_files.cert.clone(),
+                        key: cert_files.key.clone(),
+                        ca: Some(cert_files.ca.clone()),
+                    },
                 },
+                &client,
                 &registry,
             )
             .await?;
             let endpoint = webhook.endpoint();
+            let webhook_addr = webhook.local_addr();
             let app_config = Arc::new(AppWrapperConfig {
                 default_queue_name: DEFAULT_QUEUE.into(),
                 user_rbac_admission_check: true,
                 ..Default::default()
             });
-            let serving_client = client.clone();
             tokio::spawn(async move {
-                if let Err(e) = webhook
-                    .serve(serving_client, app_config, std::future::pending())
-                    .await
-                {
+                if let Err(e) = webhook.serve(app_config, std::future::pending()).await {
                     eprintln!("webhook server stopped: {e}");
                 }
             });
@@ -139,14 +227,53 @@ async fn setup(ctx: &TestContext) -> Result<&'static Setup, TestError> {
                 started.elapsed()
             );
             Ok::<_, TestError>(Setup {
-                kubeconfig: ctx.fleet.kubeconfig(&cluster)?,
-                cache_dir: ctx.fleet.state_dir().join("kubectl-cache"),
+                kubeconfig,
+                cache_dir,
                 registry,
                 crd_outcomes,
                 short_names_after_repair,
+                cert_files,
+                ca,
+                webhook_addr,
             })
         })
         .await
+}
+
+/// CRDs for [`WRAPPED_KINDS`] (any content), applied with kubectl and waited for.
+async fn install_wrapped_kinds(kubeconfig: &Path, cache_dir: &Path) -> TestResult {
+    for (group, version, kind, plural) in WRAPPED_KINDS {
+        let mut metadata = json!({"name": format!("{plural}.{group}")});
+        if group.ends_with(".k8s.io") {
+            // groups under k8s.io need the API-approval annotation
+            metadata["annotations"] = json!({"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1111"});
+        }
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition", "metadata": metadata,
+            "spec": {"group": group, "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                "versions": [{"name": version, "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        kubectl(
+            kubeconfig,
+            cache_dir,
+            &["apply", "-f", "-"],
+            Some(crd.to_string()),
+        )
+        .await?
+        .map_err(|stderr| format!("applying the {kind} CRD: {stderr}"))?;
+    }
+    let names: Vec<String> = WRAPPED_KINDS
+        .iter()
+        .map(|(group, _, _, plural)| format!("crd/{plural}.{group}"))
+        .collect();
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend(names.iter().map(String::as_str));
+    kubectl(kubeconfig, cache_dir, &args, None)
+        .await?
+        .map_err(|stderr| format!("waiting for the CRDs: {stderr}"))?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -178,40 +305,12 @@ impl Kubectl {
         args: &[&str],
         stdin: Option<String>,
     ) -> Result<Result<String, String>, TestError> {
-        let mut command = tokio::process::Command::new("kubectl");
-        command
-            .arg("--kubeconfig")
-            .arg(&self.setup.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.setup.cache_dir)
-            .args(["--namespace", &self.namespace]);
+        let mut all = vec!["--namespace", &self.namespace];
         if who == Who::Limited {
-            command.args(["--as", LIMITED_USER, "--as-uid", LIMITED_UID]);
+            all.extend(["--as", LIMITED_USER, "--as-uid", LIMITED_UID]);
         }
-        command
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = command.spawn()?;
-        if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-            pipe.write_all(input.as_bytes()).await?;
-        }
-        let output = tokio::time::timeout(KUBECTL_TIMEOUT, child.wait_with_output())
-            .await
-            .map_err(|_| format!("kubectl {args:?} did not finish in {KUBECTL_TIMEOUT:?}"))??;
-        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-        Ok(if output.status.success() {
-            Ok(stdout)
-        } else {
-            Err(stderr)
-        })
+        all.extend(args);
+        kubectl(&self.setup.kubeconfig, &self.setup.cache_dir, &all, stdin).await
     }
 
     /// `kubectl create -f - -o json`; `Ok(Err(stderr))` when the apiserver refused.
@@ -281,6 +380,44 @@ impl Kubectl {
                 .await?,
         )?)
     }
+}
+
+/// Runs kubectl; `Ok(Err(stderr))` when kubectl failed.
+async fn kubectl(
+    kubeconfig: &Path,
+    cache_dir: &Path,
+    args: &[&str],
+    stdin: Option<String>,
+) -> Result<Result<String, String>, TestError> {
+    let mut command = tokio::process::Command::new("kubectl");
+    command
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--cache-dir")
+        .arg(cache_dir)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn()?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes()).await?;
+    }
+    let output = tokio::time::timeout(KUBECTL_TIMEOUT, child.wait_with_output())
+        .await
+        .map_err(|_| format!("kubectl {args:?} did not finish in {KUBECTL_TIMEOUT:?}"))??;
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    Ok(if output.status.success() {
+        Ok(stdout)
+    } else {
+        Err(stderr)
+    })
 }
 
 /// The rejection is our validating webhook's and names each field with its reason. kubectl
@@ -922,15 +1059,14 @@ async fn rbac_enforced(ctx: Arc<TestContext>) -> TestResult {
         &[("spec.components[0].template", &denial)],
     )
     .await?;
-    // a kind the cluster does not serve is reviewed as `*` and refused to this user
+    // a served custom kind the user has no rule for is refused by its plural
     k.rejected(
         Who::Limited,
         &appwrapper("limited-pytorch", vec![pod(), pytorch_job_for_inference(1)]),
         &[(
             "spec.components[1].template",
             &format!(
-                "User {LIMITED_USER} is not authorized to create objects of kind PyTorchJob \
-                 (kubeflow.org/v1) in {}",
+                "User {LIMITED_USER} is not authorized to create pytorchjobs.kubeflow.org in {}",
                 k.namespace
             ),
         )],
@@ -1074,4 +1210,240 @@ async fn metrics_count(ctx: Arc<TestContext>) -> TestResult {
     assert!(verdicts(registry, "CREATE", "false") > denied);
     assert!(verdicts(registry, "UPDATE", "false") > update_denied);
     Ok(())
+}
+
+async fn too_many_components(ctx: Arc<TestContext>) -> TestResult {
+    let k = Kubectl::new(&ctx).await?;
+    let services = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| {
+                let mut s = service();
+                s["template"]["metadata"]["name"] = json!(format!("s{i}"));
+                s
+            })
+            .collect()
+    };
+    // at the cap: accepted
+    let mut at_cap = vec![pod()];
+    at_cap.extend(services(MAX_COMPONENTS - 1));
+    k.create(Who::Admin, &appwrapper("at-the-cap", at_cap))
+        .await?;
+    // one more: rejected, naming the field, Kubernetes style
+    let mut over = vec![pod()];
+    over.extend(services(MAX_COMPONENTS));
+    let reason = format!(
+        "Too many: {}: must have at most {MAX_COMPONENTS} items",
+        MAX_COMPONENTS + 1
+    );
+    k.rejected(
+        Who::Admin,
+        &appwrapper("over-the-cap", over),
+        &[("spec.components", &reason)],
+    )
+    .await
+}
+
+async fn made_up_kinds(ctx: Arc<TestContext>) -> TestResult {
+    let k = Kubectl::new(&ctx).await?;
+    let mut thing = pod();
+    thing["template"]["apiVersion"] = json!("example.com/v1");
+    thing["template"]["kind"] = json!("Thing");
+    let mut nothing = pod();
+    nothing["template"]["apiVersion"] = json!("apps/v1");
+    nothing["template"]["kind"] = json!("Nothing");
+    // even for the admin: the controller could never create them
+    k.rejected(
+        Who::Admin,
+        &appwrapper("made-up", vec![pod(), thing, nothing]),
+        &[
+            (
+                "spec.components[1].template.kind",
+                "no kind \"Thing\" is served in version \"example.com/v1\" by this cluster",
+            ),
+            (
+                "spec.components[2].template.kind",
+                "no kind \"Nothing\" is served in version \"apps/v1\" by this cluster",
+            ),
+        ],
+    )
+    .await
+}
+
+/// The leaf certificate the webhook presents to a client trusting `ca_pem`.
+async fn presented(addr: std::net::SocketAddr, ca_pem: &str) -> Result<Vec<u8>, String> {
+    lifeboat_tls::client::presented_certificate(addr, "127.0.0.1", ca_pem)
+        .await
+        .map(|leaf| leaf.as_ref().to_vec())
+        .map_err(|e| e.to_string())
+}
+
+fn leaf_der(serving: &ServingCertificate) -> Result<Vec<u8>, TestError> {
+    Ok(
+        lifeboat_tls::pem::certificates(&serving.chain_pem, "serving certificate")?[0]
+            .as_ref()
+            .to_vec(),
+    )
+}
+
+async fn rotated_files(ctx: Arc<TestContext>) -> TestResult {
+    let k = Kubectl::new(&ctx).await?;
+    let setup = k.setup;
+    let before = presented(setup.webhook_addr, setup.ca.cert_pem()).await?;
+    // cert-manager renews: a new key and certificate from the same CA, files replaced
+    let renewed = serving_certificate(&setup.ca)?;
+    let expected = leaf_der(&renewed)?;
+    assert_ne!(before, expected);
+    setup.cert_files.write(&renewed)?;
+    wait::until(
+        "the webhook presents the rotated certificate",
+        Duration::from_secs(30),
+        || async {
+            match presented(setup.webhook_addr, setup.ca.cert_pem()).await? {
+                now if now == expected => Ok(()),
+                _ => Err("still the previous certificate".to_string()),
+            }
+        },
+    )
+    .await?;
+    // the apiserver trusts the same CA: admission goes on, defaulting and validation both
+    let aw = k
+        .create(Who::Admin, &appwrapper("after-rotation", vec![pod()]))
+        .await?;
+    assert_eq!(label(&aw, QUEUE_LABEL).as_deref(), Some(DEFAULT_QUEUE));
+    k.rejected(
+        Who::Admin,
+        &appwrapper("after-rotation-bad", vec![service()]),
+        &[("spec.components", "components contains no podspecs")],
+    )
+    .await
+}
+
+async fn shared_ca_secret(ctx: Arc<TestContext>) -> TestResult {
+    // the registered webhook exists, so we can check below that nothing here touches it
+    let setup = setup(&ctx).await?;
+    let cluster = ctx.first_member();
+    let client = ctx.client(&cluster).await?;
+    let namespace = ctx.namespace(&cluster).await?;
+    let config = |secret: &str| WebhookConfig {
+        bind: ([127, 0, 0, 1], 0).into(),
+        target: ClientConfigTarget::Url {
+            host: "127.0.0.1".into(),
+            port: None,
+        },
+        certificate: CertificateSource::CaSecret {
+            namespace: Some(namespace.clone()),
+            name: secret.into(),
+        },
+    };
+    // two replicas starting at once: one creates the Secret, the other reads it (or loses the
+    // create race and reads the winner's)
+    let registries = [Registry::new(), Registry::new()];
+    let (first, second) = tokio::join!(
+        Webhook::bind(config("webhook-ca"), &client, &registries[0]),
+        Webhook::bind(config("webhook-ca"), &client, &registries[1]),
+    );
+    let (first, second) = (first?, second?);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+    let secret = secrets.get("webhook-ca").await?;
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    assert_eq!(
+        secret
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("lifeboat-agent")
+    );
+    let data = secret.data.unwrap_or_default();
+    let ca_pem = String::from_utf8(data.get("tls.crt").ok_or("no tls.crt")?.0.clone())?;
+    assert_eq!(first.endpoint().ca_bundle_pem, ca_pem, "one caBundle");
+    assert_eq!(second.endpoint().ca_bundle_pem, ca_pem, "one caBundle");
+    // each replica issues its own serving certificate from it
+    assert_ne!(
+        first.certificate().chain_pem,
+        second.certificate().chain_pem
+    );
+    // a restart reads the same CA
+    let restarted = Webhook::bind(config("webhook-ca"), &client, &Registry::new()).await?;
+    assert_eq!(restarted.endpoint().ca_bundle_pem, ca_pem);
+    drop(restarted);
+
+    let app_config = Arc::new(AppWrapperConfig::default());
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let until_stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let addrs = [first.local_addr(), second.local_addr()];
+    let servers = [first, second].map(|webhook| {
+        tokio::spawn(webhook.serve(app_config.clone(), until_stopped(stopped.clone())))
+    });
+    let result = async {
+        for addr in addrs {
+            presented(addr, &ca_pem).await?;
+        }
+        // the CA in the Secret is replaced: both replicas follow it without a restart
+        let rotated = CertificateAuthority::generate(
+            "rotated-ca",
+            Validity::starting_now(Duration::from_secs(24 * 3600)),
+        )?;
+        secrets
+            .patch(
+                "webhook-ca",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"stringData": {
+                    "tls.crt": rotated.cert_pem(), "tls.key": rotated.key_pem()}})),
+            )
+            .await?;
+        for addr in addrs {
+            wait::until(
+                "the replica presents a certificate from the new CA",
+                Duration::from_secs(30),
+                || presented(addr, rotated.cert_pem()),
+            )
+            .await?;
+        }
+        // the registered configurations point at another webhook: left as they were
+        let validating: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+        let registered = validating
+            .get(lifeboat_agent::webhook::VALIDATING_CONFIGURATION)
+            .await?;
+        let bundle = registered
+            .webhooks
+            .unwrap_or_default()
+            .first()
+            .and_then(|w| w.client_config.ca_bundle.clone())
+            .ok_or("no caBundle registered")?;
+        assert_eq!(bundle.0, setup.ca.cert_pem().as_bytes());
+
+        // a Secret without a usable CA is an error naming it, and is left as it is
+        let broken: Secret = serde_json::from_value(json!({"metadata": {"name": "broken-ca"},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": "not a certificate", "tls.key": "not a key"}}))?;
+        let created = secrets.create(&PostParams::default(), &broken).await?;
+        let error = match Webhook::bind(config("broken-ca"), &client, &Registry::new()).await {
+            Ok(_) => return Err("a webhook started from an unusable CA Secret".into()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            error.contains(&format!(
+                "Secret {namespace}/broken-ca does not hold a usable CA (left unchanged)"
+            )),
+            "{error}"
+        );
+        let after = secrets.get("broken-ca").await?;
+        assert_eq!(
+            after.metadata.resource_version,
+            created.metadata.resource_version
+        );
+        Ok::<_, TestError>(())
+    }
+    .await;
+    let _ = stop.send(true);
+    for server in servers {
+        tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .map_err(|_| "a replica did not stop")???;
+    }
+    result
 }

@@ -156,6 +156,25 @@ pub fn decode_appwrapper(object: &DynamicObject, which: &str) -> Result<AppWrapp
         })
 }
 
+/// At most this many components in one AppWrapper; more is rejected before any other check,
+/// so one request cannot make the webhook do unbounded work. Upstream caps only the pod specs
+/// (8, Kueue's podSet limit) and leaves the other components (Services, ConfigMaps, Secrets,
+/// ...) unbounded; the upstream samples have 1 component each and the legacy MCAD samples at
+/// most 3 items. 32 leaves room for the 8 pod specs and 24 other objects.
+pub const MAX_COMPONENTS: usize = 32;
+
+/// The component cap, Kubernetes style (`field.TooMany`): `spec.components: Too many: N: must
+/// have at most M items`. Only for CREATE: the components are immutable, and an UPDATE (e.g.
+/// the controller removing its finalizer) must never be blocked by a later, lower cap.
+pub fn component_count_error(aw: &AppWrapper) -> Option<FieldError> {
+    let count = aw.spec.components.len();
+    (count > MAX_COMPONENTS).then(|| FieldError {
+        field: "spec.components".into(),
+        kind: FieldErrorKind::Invalid,
+        reason: format!("Too many: {count}: must have at most {MAX_COMPONENTS} items"),
+    })
+}
+
 /// One SubjectAccessReview to send: may the user create objects of `gvk`? `components` are the
 /// indexes of every component of that kind (each is named if the answer is no).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,15 +198,31 @@ pub fn access_checks(aw: &AppWrapper) -> Vec<AccessCheck> {
     checks
 }
 
-/// The resource name a SubjectAccessReview uses when discovery does not know the kind: any
-/// resource of the group (a user allowed only specific resources is then refused).
-pub const UNKNOWN_RESOURCE: &str = "*";
+/// Whether `gvk` is spelled so that an apiserver could serve it: group a DNS subdomain (or empty
+/// for core), version a DNS label, kind a DNS label once lowercased (the rules a CRD's names
+/// obey). Anything else is rejected without asking discovery, whose URL it would become.
+pub fn servable(gvk: &GroupVersionKind) -> bool {
+    fn label(s: &str) -> bool {
+        !s.is_empty()
+            && s.len() <= 63
+            && s.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !s.starts_with('-')
+            && !s.ends_with('-')
+    }
+    let group_ok =
+        gvk.group.is_empty() || (gvk.group.len() <= 253 && gvk.group.split('.').all(label));
+    let kind_ok = gvk.kind.starts_with(|c: char| c.is_ascii_alphabetic())
+        && label(&gvk.kind.to_ascii_lowercase());
+    group_ok && label(&gvk.version) && kind_ok
+}
 
-/// The SubjectAccessReview for one check: verb `create` of `resource` in the AppWrapper's
-/// namespace, as the requesting user (name, UID, groups and extra copied from the request).
+/// The SubjectAccessReview for one check: verb `create` of `resource` (the plural discovery
+/// found) in the AppWrapper's namespace, as the requesting user (name, UID, groups and extra
+/// copied from the request).
 pub fn access_review(
     check: &AccessCheck,
-    resource: Option<&str>,
+    resource: &str,
     namespace: &str,
     user: &UserInfo,
 ) -> SubjectAccessReview {
@@ -202,7 +237,7 @@ pub fn access_review(
                 verb: Some("create".into()),
                 group: Some(check.gvk.group.clone()),
                 version: Some(check.gvk.version.clone()),
-                resource: Some(resource.unwrap_or(UNKNOWN_RESOURCE).to_string()),
+                resource: Some(resource.to_string()),
                 ..Default::default()
             }),
             ..Default::default()
@@ -215,11 +250,14 @@ pub fn access_review(
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AccessOutcome {
     Allowed,
-    /// Not allowed. `resource` is the plural discovery found (`None`: kind unknown).
+    /// Not allowed to create `resource` (the plural discovery found).
     Denied {
-        resource: Option<String>,
+        resource: String,
     },
-    /// The review could not be made (the apiserver refused the SubjectAccessReview, timeout...).
+    /// Discovery does not serve the kind (or it is not spelled so that it could be served):
+    /// the controller could never create it.
+    NotServed,
+    /// The check could not be made (discovery or the SubjectAccessReview failed or timed out).
     Failed(String),
 }
 
@@ -237,22 +275,29 @@ impl Verdict {
     }
 }
 
-fn display_resource(gvk: &GroupVersionKind, resource: Option<&str>) -> String {
-    match resource {
-        Some(plural) if gvk.group.is_empty() => plural.to_string(),
-        Some(plural) => format!("{plural}.{}", gvk.group),
-        None => format!("objects of kind {} ({})", gvk.kind, gvk.api_version()),
+fn display_resource(gvk: &GroupVersionKind, plural: &str) -> String {
+    if gvk.group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{}", gvk.group)
     }
 }
 
-/// Create validation (reference §4.2): the structural rules, then the access reviews' outcomes,
-/// one error per component the user may not create.
+/// Create validation (reference §4.2): the component cap (alone: nothing else is judged
+/// beyond it), the structural rules, then the access reviews' outcomes, one error per component
+/// the user may not create or whose kind is not served.
 pub fn create_verdict(
     aw: &AppWrapper,
     namespace: &str,
     user: &UserInfo,
     outcomes: &[(AccessCheck, AccessOutcome)],
 ) -> Verdict {
+    if let Some(too_many) = component_count_error(aw) {
+        return Verdict {
+            errors: vec![too_many],
+            internal: false,
+        };
+    }
     let mut verdict = Verdict::default();
     if let Err(ValidationErrors(errors)) = validate_create(&aw.spec, namespace) {
         verdict.errors = errors;
@@ -265,9 +310,23 @@ pub fn create_verdict(
                 FieldErrorKind::Forbidden,
                 format!(
                     "User {user_name} is not authorized to create {} in {namespace}",
-                    display_resource(&check.gvk, resource.as_deref())
+                    display_resource(&check.gvk, resource)
                 ),
             ),
+            AccessOutcome::NotServed => {
+                for index in &check.components {
+                    verdict.errors.push(FieldError {
+                        field: format!("spec.components[{index}].template.kind"),
+                        kind: FieldErrorKind::Invalid,
+                        reason: format!(
+                            "no kind \"{}\" is served in version \"{}\" by this cluster",
+                            check.gvk.kind,
+                            check.gvk.api_version()
+                        ),
+                    });
+                }
+                continue;
+            }
             AccessOutcome::Failed(error) => {
                 verdict.internal = true;
                 (
@@ -622,7 +681,7 @@ pub(crate) mod tests {
         assert_eq!(checks[1].gvk.group, "apps");
         assert_eq!(checks[1].components, vec![1]);
 
-        let sar = access_review(&checks[1], Some("deployments"), "team", &limited_user());
+        let sar = access_review(&checks[1], "deployments", "team", &limited_user());
         let spec = sar.spec;
         assert_eq!(spec.user.as_deref(), Some("limited-user"));
         assert_eq!(spec.uid.as_deref(), Some(LIMITED_UID));
@@ -634,16 +693,6 @@ pub(crate) mod tests {
         assert_eq!(attrs.version.as_deref(), Some("v1"));
         assert_eq!(attrs.resource.as_deref(), Some("deployments"));
         assert_eq!(attrs.namespace.as_deref(), Some("team"));
-        let unknown = access_review(&checks[0], None, "team", &limited_user());
-        assert_eq!(
-            unknown
-                .spec
-                .resource_attributes
-                .unwrap()
-                .resource
-                .as_deref(),
-            Some("*")
-        );
     }
 
     #[test]
@@ -662,7 +711,7 @@ pub(crate) mod tests {
             (
                 checks[1].clone(),
                 AccessOutcome::Denied {
-                    resource: Some("deployments".into()),
+                    resource: "deployments".into(),
                 },
             ),
         ];
@@ -707,7 +756,7 @@ pub(crate) mod tests {
         let aw = decode(appwrapper(json!({}), vec![lws, pod_component("p")]));
         let checks = access_checks(&aw);
         let outcomes = vec![
-            (checks[0].clone(), AccessOutcome::Denied { resource: None }),
+            (checks[0].clone(), AccessOutcome::NotServed),
             (
                 checks[1].clone(),
                 AccessOutcome::Failed("connection refused".into()),
@@ -715,9 +764,10 @@ pub(crate) mod tests {
         ];
         let verdict = create_verdict(&aw, "team", &limited_user(), &outcomes);
         assert!(verdict.internal);
+        assert_eq!(verdict.errors[0].field, "spec.components[0].template.kind");
         assert_eq!(
             verdict.errors[0].reason,
-            "User limited-user is not authorized to create objects of kind Thing (example.com/v1) in team"
+            "no kind \"Thing\" is served in version \"example.com/v1\" by this cluster"
         );
         assert_eq!(verdict.errors[1].field, "spec.components[1].template");
         assert!(verdict.errors[1].reason.contains("connection refused"));
@@ -725,6 +775,71 @@ pub(crate) mod tests {
         let response = respond(&req, &verdict);
         assert_eq!(response.result.code, 500);
         assert_eq!(response.result.reason, "InternalError");
+    }
+
+    #[test]
+    fn too_many_components_are_rejected_alone_and_only_on_create() {
+        let many = |n: usize| {
+            decode(appwrapper(
+                json!({}),
+                (0..n).map(|i| pod_component(&format!("p{i}"))).collect(),
+            ))
+        };
+        assert_eq!(component_count_error(&many(MAX_COMPONENTS)), None);
+        let aw = many(MAX_COMPONENTS + 1);
+        let error = component_count_error(&aw).unwrap();
+        assert_eq!(
+            error.to_string(),
+            "spec.components: Too many: 33: must have at most 32 items"
+        );
+        // alone: the 33 pod specs (> 8) are not judged, nor any access outcome
+        let outcomes: Vec<_> = access_checks(&aw)
+            .into_iter()
+            .map(|c| (c, AccessOutcome::Failed("must not be looked at".into())))
+            .collect();
+        let verdict = create_verdict(&aw, "team", &limited_user(), &outcomes);
+        assert_eq!(verdict.errors, vec![error]);
+        assert!(!verdict.internal);
+        let response = respond(&request("CREATE", appwrapper(json!({}), vec![])), &verdict);
+        assert_eq!(response.result.code, 422);
+        assert_eq!(
+            response.result.details.unwrap().causes[0].field,
+            "spec.components"
+        );
+        // updates are judged by immutability only (the components cannot change anyway)
+        assert!(update_verdict(&aw, &aw).allowed());
+    }
+
+    #[test]
+    fn only_well_spelled_kinds_go_to_discovery() {
+        let gvk = |api_version: &str, kind: &str| {
+            GroupVersionKind::of(&json!({"apiVersion": api_version, "kind": kind})).unwrap()
+        };
+        for (api_version, kind) in [
+            ("v1", "Pod"),
+            ("apps/v1", "Deployment"),
+            ("kubeflow.org/v1", "PyTorchJob"),
+            ("jobset.x-k8s.io/v1alpha2", "JobSet"),
+        ] {
+            assert!(servable(&gvk(api_version, kind)), "{api_version} {kind}");
+        }
+        for (api_version, kind) in [
+            ("v1/../../api/v1", "Secret"),
+            ("example.com/v1/x", "Thing"),
+            ("Example.com/v1", "Thing"),
+            ("example.com/", "Thing"),
+            ("example..com/v1", "Thing"),
+            ("-example.com/v1", "Thing"),
+            ("example.com/V1", "Thing"),
+            ("example.com/v1", "Thing!"),
+            ("example.com/v1", "9Thing"),
+            ("example.com/v1", "Thing-"),
+            ("v1?watch=true", "Pod"),
+        ] {
+            assert!(!servable(&gvk(api_version, kind)), "{api_version} {kind}");
+        }
+        assert!(!servable(&gvk("v1", &"P".repeat(64))));
+        assert!(!servable(&gvk(&format!("{}/v1", "a.".repeat(127)), "Pod")));
     }
 
     #[test]
@@ -736,7 +851,7 @@ pub(crate) mod tests {
         let outcomes = vec![(
             checks[0].clone(),
             AccessOutcome::Denied {
-                resource: Some("deployments".into()),
+                resource: "deployments".into(),
             },
         )];
         let verdict = create_verdict(&aw, "team", &limited_user(), &outcomes);

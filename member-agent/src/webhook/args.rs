@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::{CertificateSource, ClientConfigTarget, WebhookConfig};
+use super::{CertificateSource, ClientConfigTarget, DEFAULT_CA_SECRET, WebhookConfig};
 
 /// The webhook's flags. The webhook runs when a way to reach it is given: `--webhook-url-host`
 /// or `--webhook-service`.
@@ -44,8 +44,21 @@ pub struct WebhookArgs {
     )]
     pub bind: SocketAddr,
 
-    /// Serving certificate (PEM, leaf first). Without it a CA and certificate are generated at
-    /// every start.
+    /// Secret holding the CA that issues the serving certificate (`kubernetes.io/tls`), created
+    /// when absent; replicas and restarts share it. NAMESPACE defaults to the client's (in a pod:
+    /// its own). Not used with --webhook-cert-file.
+    #[arg(
+        long = "webhook-ca-secret",
+        env = "LIFEBOAT_WEBHOOK_CA_SECRET",
+        value_name = "[NAMESPACE/]NAME",
+        default_value = DEFAULT_CA_SECRET,
+        conflicts_with = "cert_file"
+    )]
+    pub ca_secret: String,
+
+    /// Serving certificate (PEM, leaf first), re-read when it changes (e.g. a mounted
+    /// cert-manager Secret). Without it the certificate is issued from the CA in
+    /// --webhook-ca-secret.
     #[arg(
         long = "webhook-cert-file",
         env = "LIFEBOAT_WEBHOOK_CERT_FILE",
@@ -103,7 +116,7 @@ impl WebhookArgs {
             (None, Some(service)) => parse_service(service)?,
         };
         let certificate = match (&self.cert_file, &self.key_file) {
-            (None, None) => CertificateSource::Generate,
+            (None, None) => parse_ca_secret(&self.ca_secret)?,
             (Some(cert), Some(key)) => CertificateSource::Files {
                 cert: cert.clone(),
                 key: key.clone(),
@@ -128,6 +141,24 @@ impl WebhookArgs {
             certificate,
         }))
     }
+}
+
+/// `[NAMESPACE/]NAME`.
+fn parse_ca_secret(value: &str) -> Result<CertificateSource, ArgsError> {
+    let (namespace, name) = match value.split_once('/') {
+        Some((namespace, name)) => (Some(namespace), name),
+        None => (None, value),
+    };
+    if name.is_empty() || namespace.is_some_and(str::is_empty) || name.contains('/') {
+        return Err(ArgsError {
+            flag: "--webhook-ca-secret",
+            reason: format!("`{value}` is not [NAMESPACE/]NAME"),
+        });
+    }
+    Ok(CertificateSource::CaSecret {
+        namespace: namespace.map(str::to_string),
+        name: name.to_string(),
+    })
 }
 
 /// `NAMESPACE/NAME:PORT`.
@@ -199,7 +230,29 @@ mod tests {
             }
         );
         assert_eq!(config.bind.port(), 0);
-        assert_eq!(config.certificate, CertificateSource::Generate);
+        assert_eq!(config.certificate, CertificateSource::default());
+        assert_eq!(
+            config.certificate,
+            CertificateSource::CaSecret {
+                namespace: None,
+                name: "lifeboat-agent-webhook-ca".into()
+            }
+        );
+        let config = parse(&[
+            "--webhook-url-host",
+            "127.0.0.1",
+            "--webhook-ca-secret",
+            "lifeboat-system/webhook-ca",
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            config.certificate,
+            CertificateSource::CaSecret {
+                namespace: Some("lifeboat-system".into()),
+                name: "webhook-ca".into()
+            }
+        );
 
         let config = parse(&[
             "--webhook-service",
@@ -249,6 +302,26 @@ mod tests {
         assert!(err.contains("cannot be used with"), "{err}");
         let err = parse(&["--webhook-url-host", "h", "--webhook-cert-file", "c"]).unwrap_err();
         assert!(err.contains("--webhook-key-file"), "{err}");
+        for value in ["", "/ca", "ns/", "a/b/c"] {
+            let err =
+                parse(&["--webhook-url-host", "h", "--webhook-ca-secret", value]).unwrap_err();
+            assert!(
+                err.starts_with("--webhook-ca-secret: ") && err.contains("[NAMESPACE/]NAME"),
+                "{value}: {err}"
+            );
+        }
+        let err = parse(&[
+            "--webhook-url-host",
+            "h",
+            "--webhook-ca-secret",
+            "ca",
+            "--webhook-cert-file",
+            "c",
+            "--webhook-key-file",
+            "k",
+        ])
+        .unwrap_err();
+        assert!(err.contains("cannot be used with"), "{err}");
         let err = parse(&["--webhook-url-host", " "]).unwrap_err();
         assert!(
             err.contains("--webhook-url-host: must not be empty"),

@@ -1,10 +1,11 @@
 //! The AppWrapper admission webhook (reference §4): defaulting on create (queue and trusted user
-//! labels) and validation on create (structure, namespaces, nesting, podSets, and one
-//! SubjectAccessReview per wrapped kind) and update (deep immutability). Every rejection names
-//! each field and the reason.
+//! labels) and validation on create (structure, namespaces, nesting, podSets, the component cap,
+//! and one SubjectAccessReview per wrapped kind) and update (deep immutability). Every rejection
+//! names each field and the reason.
 //!
 //! Decisions are pure ([`admission`]); IO is the HTTPS server ([`server`]), the apiserver calls
-//! for the RBAC check ([`access`]) and the registration ([`registration`]).
+//! for the RBAC check ([`access`], bounded per request and overall), the serving certificate
+//! ([`tls`], rotated without a restart) and the registration ([`registration`]).
 //!
 //! ```no_run
 //! # async fn example(client: kube::Client, app_config: std::sync::Arc<lifeboat_agent::config::AppWrapperConfig>) -> Result<(), Box<dyn std::error::Error>> {
@@ -13,11 +14,11 @@
 //! let config = WebhookConfig {
 //!     bind: "127.0.0.1:0".parse()?,
 //!     target: ClientConfigTarget::Url { host: "127.0.0.1".into(), port: None },
-//!     certificate: CertificateSource::Generate,
+//!     certificate: CertificateSource::default(), // a CA in Secret lifeboat-agent-webhook-ca
 //! };
-//! let webhook = Webhook::bind(config, &registry).await?;
+//! let webhook = Webhook::bind(config, &client, &registry).await?;
 //! let endpoint = webhook.endpoint();
-//! tokio::spawn(webhook.serve(client.clone(), app_config, std::future::pending()));
+//! tokio::spawn(webhook.serve(app_config, std::future::pending()));
 //! webhook::register(&client, &endpoint).await?; // returns once the apiserver calls us
 //! # Ok(()) }
 //! ```
@@ -29,26 +30,28 @@ pub mod registration;
 pub mod server;
 pub mod tls;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use lifeboat_tls::ServingCertificate;
 use prometheus::Registry;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::AppWrapperConfig;
 
-pub use access::{Authorizer, KubeAuthorizer};
+pub use access::{AccessLimits, Authorizer, KubeAuthorizer};
+pub use admission::MAX_COMPONENTS;
 pub use args::WebhookArgs;
 pub use registration::{
     MUTATING_CONFIGURATION, MUTATING_WEBHOOK, RegisterError, VALIDATING_CONFIGURATION,
     VALIDATING_WEBHOOK, register, unregister,
 };
-pub use server::{AdmissionMetrics, HEALTHZ_PATH, MUTATE_PATH, VALIDATE_PATH};
-pub use tls::{ServingCertificate, TlsError};
+pub use server::{AdmissionMetrics, HEALTHZ_PATH, MAX_REVIEW_BYTES, MUTATE_PATH, VALIDATE_PATH};
+pub use tls::{CertificateError, CertificateSource, Certificates, DEFAULT_CA_SECRET};
 
 /// How the apiserver reaches the webhook.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,22 +82,6 @@ impl ClientConfigTarget {
             ],
         }
     }
-}
-
-/// Where the serving certificate comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CertificateSource {
-    /// A fresh CA and serving certificate at every start, for the target's names (the CA goes
-    /// into the webhook configurations at registration).
-    Generate,
-    /// PEM files, e.g. a mounted cert-manager secret. `ca` is the bundle the apiserver must
-    /// trust; without it the certificate file is used (right for self-signed certificates).
-    /// Files are read once at start.
-    Files {
-        cert: PathBuf,
-        key: PathBuf,
-        ca: Option<PathBuf>,
-    },
 }
 
 /// Everything the webhook server needs.
@@ -146,14 +133,14 @@ impl WebhookEndpoint {
 #[derive(Debug, thiserror::Error)]
 pub enum WebhookError {
     #[error("webhook serving certificate: {0}")]
-    Tls(#[from] TlsError),
+    Certificate(#[from] CertificateError),
     #[error("binding the webhook server to {addr}: {source}")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
-    #[error("registering the appwrapper_admission_total metric: {0}")]
+    #[error("registering the webhook metrics: {0}")]
     Metrics(#[from] prometheus::Error),
     #[error("serving the webhook: {0}")]
     Serve(#[source] std::io::Error),
@@ -161,24 +148,42 @@ pub enum WebhookError {
     Register(#[from] RegisterError),
 }
 
+impl From<lifeboat_tls::TlsError> for WebhookError {
+    fn from(error: lifeboat_tls::TlsError) -> Self {
+        WebhookError::Certificate(error.into())
+    }
+}
+
 /// A bound webhook server, not yet serving.
 pub struct Webhook {
     listener: server::TlsListener,
     local_addr: SocketAddr,
-    certificate: ServingCertificate,
+    certificates: Certificates,
     target: ClientConfigTarget,
     metrics: AdmissionMetrics,
+    client: kube::Client,
 }
 
 impl Webhook {
-    /// Prepares the certificate, binds the port and registers the metric in `registry`. Every
-    /// fallible step of starting happens here.
-    pub async fn bind(config: WebhookConfig, registry: &Registry) -> Result<Self, WebhookError> {
-        let certificate = match &config.certificate {
-            CertificateSource::Generate => tls::generate(&config.target.certificate_names())?,
-            CertificateSource::Files { cert, key, ca } => tls::load(cert, key, ca.as_deref())?,
-        };
-        let acceptor = TlsAcceptor::from(tls::server_config(&certificate)?);
+    /// Prepares the certificate (reading or creating the CA Secret with `client`), binds the
+    /// port and registers the metrics in `registry`. Every fallible step of starting happens
+    /// here. `client` also serves discovery, the SubjectAccessReviews and re-registration.
+    pub async fn bind(
+        config: WebhookConfig,
+        client: &kube::Client,
+        registry: &Registry,
+    ) -> Result<Self, WebhookError> {
+        let certificates = Certificates::prepare(
+            &config.certificate,
+            &config.target.certificate_names(),
+            client,
+        )
+        .await?;
+        let acceptor = TlsAcceptor::from(
+            certificates
+                .resolver()
+                .server_config(vec![b"http/1.1".to_vec()])?,
+        );
         let metrics = AdmissionMetrics::register(registry)?;
         let tcp = TcpListener::bind(config.bind)
             .await
@@ -193,9 +198,10 @@ impl Webhook {
         Ok(Self {
             listener: server::TlsListener::new(tcp, acceptor),
             local_addr,
-            certificate,
+            certificates,
             target: config.target,
             metrics,
+            client: client.clone(),
         })
     }
 
@@ -204,9 +210,9 @@ impl Webhook {
         self.local_addr
     }
 
-    /// The serving certificate (its `ca_bundle_pem` is what the apiserver must trust).
-    pub fn certificate(&self) -> &ServingCertificate {
-        &self.certificate
+    /// The serving certificate now (its `ca_bundle_pem` is what the apiserver must trust).
+    pub fn certificate(&self) -> ServingCertificate {
+        self.certificates.resolver().current()
     }
 
     /// What to [`register`]: the target (a URL target gets the bound port unless it named
@@ -221,30 +227,54 @@ impl Webhook {
         };
         WebhookEndpoint {
             target,
-            ca_bundle_pem: self.certificate.ca_bundle_pem.clone(),
+            ca_bundle_pem: self.certificate().ca_bundle_pem,
             probe_namespace: "default".into(),
             ready_timeout: Duration::from_secs(60),
         }
     }
 
-    /// Serves admission requests until `shutdown` completes (in-flight requests finish).
-    /// `client` is used for discovery and the SubjectAccessReviews.
+    /// Serves admission requests until `shutdown` completes (in-flight requests finish), keeps
+    /// the certificate current meanwhile, and when the CA bundle changes (a new CA in the
+    /// Secret, a rotated CA file) applies the webhook configurations with the new bundle.
     pub async fn serve(
         self,
-        client: kube::Client,
         app_config: Arc<AppWrapperConfig>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), WebhookError> {
+        let shutdown = shutdown.boxed().shared();
+        let endpoint = self.endpoint();
+        let changes = self.certificates.resolver().subscribe();
+        self.metrics.certificate_served(&self.certificate());
         let state = Arc::new(server::WebhookState {
-            authorizer: KubeAuthorizer::new(client),
+            authorizer: KubeAuthorizer::new(self.client.clone()),
             config: app_config,
-            metrics: self.metrics,
+            metrics: self.metrics.clone(),
+            limits: AccessLimits::default(),
         });
         tracing::info!(addr = %self.local_addr, "AppWrapper admission webhook serving");
-        axum::serve(self.listener, server::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(WebhookError::Serve)
+        let serving = axum::serve(self.listener, server::router(state))
+            .with_graceful_shutdown(shutdown.clone())
+            .into_future();
+        let keeping = async {
+            tokio::join!(
+                self.certificates.keep_current(shutdown.clone()),
+                registration::follow_certificate(
+                    self.client,
+                    endpoint,
+                    changes,
+                    self.metrics,
+                    shutdown
+                ),
+            )
+        };
+        let mut serving = std::pin::pin!(serving);
+        tokio::select! {
+            // the server failed: the rest stops with it
+            served = &mut serving => return served.map_err(WebhookError::Serve),
+            // shutdown: let in-flight requests finish
+            _ = keeping => {}
+        }
+        serving.await.map_err(WebhookError::Serve)
     }
 }
 
@@ -257,9 +287,9 @@ pub async fn run(
     registry: &Registry,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), WebhookError> {
-    let webhook = Webhook::bind(config, registry).await?;
+    let webhook = Webhook::bind(config, &client, registry).await?;
     let endpoint = webhook.endpoint();
-    let serving = webhook.serve(client.clone(), app_config, shutdown);
+    let serving = webhook.serve(app_config, shutdown);
     let registering = async {
         register(&client, &endpoint).await?;
         tracing::info!(url = %endpoint.base_url(), "AppWrapper admission webhooks registered and live");
@@ -321,8 +351,9 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port: None,
                 },
-                certificate: CertificateSource::Generate,
+                certificate: CertificateSource::Ephemeral,
             },
+            &kube_client_that_is_never_called(),
             &registry,
         )
         .await
@@ -340,8 +371,9 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port: None,
                 },
-                certificate: CertificateSource::Generate,
+                certificate: CertificateSource::Ephemeral,
             },
+            &kube_client_that_is_never_called(),
             &registry,
         )
         .await;
@@ -350,27 +382,14 @@ mod tests {
 
     /// One HTTP/1.1 request over TLS, trusting only `ca_pem`, as the apiserver does.
     async fn https(addr: SocketAddr, ca_pem: &str, request: &str) -> Result<String, String> {
-        use rustls::pki_types::pem::PemObject;
-        use rustls::pki_types::{CertificateDer, ServerName};
+        use rustls::pki_types::ServerName;
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots
-                .add(cert.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
-        }
-        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        let config = lifeboat_tls::client::trusting(ca_pem).map_err(|e| e.to_string())?;
         let tcp = tokio::net::TcpStream::connect(addr)
             .await
             .map_err(|e| e.to_string())?;
         let name = ServerName::try_from(addr.ip().to_string()).map_err(|e| e.to_string())?;
-        let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        let mut tls = tokio_rustls::TlsConnector::from(config)
             .connect(name, tcp)
             .await
             .map_err(|e| e.to_string())?;
@@ -399,8 +418,9 @@ mod tests {
                     host: "127.0.0.1".into(),
                     port: None,
                 },
-                certificate: CertificateSource::Generate,
+                certificate: CertificateSource::Ephemeral,
             },
+            &kube_client_that_is_never_called(),
             &registry,
         )
         .await
@@ -409,7 +429,6 @@ mod tests {
         let ca = webhook.certificate().ca_bundle_pem.clone();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(webhook.serve(
-            kube_client_that_is_never_called(),
             Arc::new(AppWrapperConfig::default()),
             async move {
                 let _ = stopped.await;
@@ -441,7 +460,13 @@ mod tests {
         assert!(bad.contains("malformed admission request"), "{bad}");
 
         // a client trusting another CA is refused by its own verification
-        let other_ca = tls::generate(&["127.0.0.1".into()]).unwrap().ca_bundle_pem;
+        let other_ca = lifeboat_tls::CertificateAuthority::generate(
+            "other",
+            lifeboat_tls::Validity::starting_now(Duration::from_secs(3600)),
+        )
+        .unwrap()
+        .cert_pem()
+        .to_string();
         let refused = https(addr, &other_ca, "GET /healthz HTTP/1.1\r\n\r\n").await;
         assert!(refused.is_err());
 

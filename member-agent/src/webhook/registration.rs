@@ -3,6 +3,7 @@
 //! calls it.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
@@ -13,9 +14,10 @@ use k8s_openapi::api::admissionregistration::v1::{
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::{GROUP, USER_NAME_LABEL, VERSION};
+use lifeboat_tls::ServingCertificate;
 use serde_json::json;
 
-use super::server::{MUTATE_PATH, VALIDATE_PATH};
+use super::server::{AdmissionMetrics, MUTATE_PATH, VALIDATE_PATH};
 use super::{ClientConfigTarget, WebhookEndpoint};
 use crate::install::FIELD_MANAGER;
 
@@ -38,6 +40,13 @@ const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 pub enum RegisterError {
     #[error("applying {kind} {name} (server-side apply as {FIELD_MANAGER}): {source}")]
     Apply {
+        kind: &'static str,
+        name: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("reading {kind} {name}: {source}")]
+    Get {
         kind: &'static str,
         name: &'static str,
         #[source]
@@ -148,6 +157,16 @@ pub async fn register(
     client: &kube::Client,
     endpoint: &WebhookEndpoint,
 ) -> Result<(), RegisterError> {
+    apply_configurations(client, endpoint).await?;
+    wait_until_live(client, &endpoint.probe_namespace, endpoint.ready_timeout).await
+}
+
+/// Creates or updates both webhook configurations for `endpoint` (server-side apply; replicas
+/// with the same endpoint and CA apply the same content).
+pub async fn apply_configurations(
+    client: &kube::Client,
+    endpoint: &WebhookEndpoint,
+) -> Result<(), RegisterError> {
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let mutating: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     mutating
@@ -175,7 +194,112 @@ pub async fn register(
             name: VALIDATING_CONFIGURATION,
             source,
         })?;
-    wait_until_live(client, &endpoint.probe_namespace, endpoint.ready_timeout).await
+    Ok(())
+}
+
+/// Retries of a failed re-registration back off up to this.
+const MAX_RETRY: Duration = Duration::from_secs(30);
+
+/// Whether a registered client config reaches `ours` (same URL, or same Service and path),
+/// whatever its caBundle.
+fn points_at(registered: &WebhookClientConfig, ours: &WebhookClientConfig) -> bool {
+    registered.url == ours.url && registered.service == ours.service
+}
+
+/// Applies the configurations with `endpoint`'s CA bundle if they point at `endpoint` (the
+/// webhook this process serves); configurations that send the apiserver elsewhere (another
+/// agent, or none registered) are left alone. `Ok(true)` when applied.
+pub async fn update_ca_bundle(
+    client: &kube::Client,
+    endpoint: &WebhookEndpoint,
+) -> Result<bool, RegisterError> {
+    let get_error = |kind, name| move |source| RegisterError::Get { kind, name, source };
+    let mutating = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(MUTATING_CONFIGURATION)
+        .await
+        .map_err(get_error(
+            "MutatingWebhookConfiguration",
+            MUTATING_CONFIGURATION,
+        ))?;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .get_opt(VALIDATING_CONFIGURATION)
+        .await
+        .map_err(get_error(
+            "ValidatingWebhookConfiguration",
+            VALIDATING_CONFIGURATION,
+        ))?;
+    let ours_mutating = client_config(endpoint, MUTATE_PATH);
+    let ours_validating = client_config(endpoint, VALIDATE_PATH);
+    let ours = mutating
+        .iter()
+        .flat_map(|c| c.webhooks.iter().flatten())
+        .any(|w| points_at(&w.client_config, &ours_mutating))
+        || validating
+            .iter()
+            .flat_map(|c| c.webhooks.iter().flatten())
+            .any(|w| points_at(&w.client_config, &ours_validating));
+    if ours {
+        apply_configurations(client, endpoint).await?;
+    }
+    Ok(ours)
+}
+
+/// Follows the served certificate until `shutdown`: records its expiry in the metrics and, when
+/// its CA bundle changes, gives the configurations that point at this webhook the new bundle
+/// ([`update_ca_bundle`], retried with backoff until it succeeds or the bundle changes again),
+/// so the apiserver keeps trusting the webhook after a CA rotation.
+pub async fn follow_certificate(
+    client: kube::Client,
+    mut endpoint: WebhookEndpoint,
+    mut changes: tokio::sync::watch::Receiver<ServingCertificate>,
+    metrics: AdmissionMetrics,
+    shutdown: impl Future<Output = ()>,
+) {
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut retry = None::<Duration>;
+    loop {
+        let wait = async {
+            match retry {
+                Some(after) => tokio::time::sleep(after).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = &mut shutdown => return,
+            changed = changes.changed() => {
+                if changed.is_err() {
+                    return; // the certificate keeper is gone: nothing will change any more
+                }
+                let current = changes.borrow_and_update().clone();
+                metrics.certificate_served(&current);
+                if current.ca_bundle_pem == endpoint.ca_bundle_pem {
+                    continue;
+                }
+                endpoint.ca_bundle_pem = current.ca_bundle_pem;
+                retry = Some(Duration::ZERO);
+            }
+            _ = wait => {}
+        }
+        if let Some(after) = retry {
+            match update_ca_bundle(&client, &endpoint).await {
+                Ok(applied) => {
+                    retry = None;
+                    if applied {
+                        tracing::info!("webhook configurations updated with the new CA bundle");
+                    } else {
+                        tracing::info!(
+                            "the webhook configurations point elsewhere; CA bundle left to their owner"
+                        );
+                    }
+                }
+                Err(error) => {
+                    let next = (after * 2).clamp(Duration::from_secs(1), MAX_RETRY);
+                    tracing::warn!(%error, retry_in = ?next, "updating the webhook configurations' CA bundle failed");
+                    retry = Some(next);
+                }
+            }
+        }
+    }
 }
 
 /// Deletes both webhook configurations (absent ones are fine). For uninstalling and tests: an
@@ -370,5 +494,155 @@ mod tests {
     #[test]
     fn probes_are_valid_appwrappers() {
         assert!(probe(json!([])).is_ok());
+    }
+
+    /// A fake apiserver holding both configurations as registered for `registered`; it
+    /// answers GETs with them and sends every PATCH (path, body) to `patches`.
+    fn admission_apiserver(
+        registered: &WebhookEndpoint,
+        patches: tokio::sync::mpsc::UnboundedSender<(String, String)>,
+    ) -> kube::Client {
+        let mutating = serde_json::to_vec(&mutating_configuration(registered)).unwrap();
+        let validating = serde_json::to_vec(&validating_configuration(registered)).unwrap();
+        let service = tower::service_fn(move |request: http::Request<kube::client::Body>| {
+            let (mutating, validating, patches) =
+                (mutating.clone(), validating.clone(), patches.clone());
+            async move {
+                let path = request.uri().path().to_string();
+                let method = request.method().clone();
+                let body = request.into_body().collect_bytes().await?.to_vec();
+                let answer = if method == http::Method::PATCH {
+                    let _ = patches.send((path, String::from_utf8_lossy(&body).into_owned()));
+                    body
+                } else if path.ends_with(MUTATING_CONFIGURATION) {
+                    mutating
+                } else {
+                    validating
+                };
+                Ok::<_, kube::Error>(http::Response::new(kube::client::Body::from(answer)))
+            }
+        });
+        kube::Client::new(service, "default")
+    }
+
+    fn url_endpoint(port: u16, ca: &str) -> WebhookEndpoint {
+        WebhookEndpoint {
+            ca_bundle_pem: ca.into(),
+            ..endpoint(ClientConfigTarget::Url {
+                host: "127.0.0.1".into(),
+                port: Some(port),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_new_ca_bundle_is_applied_only_to_configurations_that_point_at_us() {
+        let (tx, mut patches) = tokio::sync::mpsc::unbounded_channel();
+        let client = admission_apiserver(&url_endpoint(9443, "old"), tx);
+
+        // another agent's configurations are left alone
+        assert!(
+            !update_ca_bundle(&client, &url_endpoint(9444, "new"))
+                .await
+                .unwrap()
+        );
+        assert!(patches.try_recv().is_err());
+
+        // ours get the new bundle, both of them
+        assert!(
+            update_ca_bundle(&client, &url_endpoint(9443, "new"))
+                .await
+                .unwrap()
+        );
+        let mut patched = Vec::new();
+        while let Ok((path, body)) = patches.try_recv() {
+            let object: serde_json::Value = serde_json::from_str(&body).unwrap();
+            let bundle = &object["webhooks"][0]["clientConfig"]["caBundle"];
+            // "new", base64
+            assert_eq!(bundle, "bmV3", "{path}");
+            patched.push(path.rsplit('/').next().unwrap_or_default().to_string());
+        }
+        assert_eq!(
+            patched,
+            vec![MUTATING_CONFIGURATION, VALIDATING_CONFIGURATION]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_ca_change_of_the_served_certificate_is_registered() {
+        use lifeboat_tls::{CertificateAuthority, ReloadingResolver, Validity};
+        let issue = |name: &str| {
+            let ca = CertificateAuthority::generate(
+                name,
+                Validity::starting_now(Duration::from_secs(3600)),
+            )
+            .unwrap();
+            ca.serving_certificate(
+                "127.0.0.1",
+                &["127.0.0.1".into()],
+                Validity::starting_now(Duration::from_secs(600)),
+            )
+            .unwrap()
+        };
+        let first = issue("first");
+        let resolver = ReloadingResolver::new(first.clone()).unwrap();
+        let registered = url_endpoint(9443, &first.ca_bundle_pem);
+        let (tx, mut patches) = tokio::sync::mpsc::unbounded_channel();
+        let client = admission_apiserver(&registered, tx);
+        let registry = prometheus::Registry::new();
+        let metrics = AdmissionMetrics::register(&registry).unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let following = tokio::spawn(follow_certificate(
+            client,
+            registered,
+            resolver.subscribe(),
+            metrics,
+            async {
+                let _ = stopped.await;
+            },
+        ));
+
+        // a renewal from the same CA changes no configuration
+        let renewed = lifeboat_tls::ServingCertificate {
+            ca_bundle_pem: first.ca_bundle_pem.clone(),
+            ..issue("first-again")
+        };
+        resolver.update(renewed, "renewal").unwrap();
+        // a new CA does
+        let second = issue("second");
+        resolver.update(second.clone(), "new CA").unwrap();
+        let (path, body) = tokio::time::timeout(Duration::from_secs(10), patches.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(path.ends_with(MUTATING_CONFIGURATION), "{path}");
+        let object: serde_json::Value = serde_json::from_str(&body).unwrap();
+        let bundle: ByteString =
+            serde_json::from_value(object["webhooks"][0]["clientConfig"]["caBundle"].clone())
+                .unwrap();
+        assert_eq!(bundle.0, second.ca_bundle_pem.as_bytes());
+        let (path, _) = patches.recv().await.unwrap();
+        assert!(path.ends_with(VALIDATING_CONFIGURATION), "{path}");
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(10), following)
+            .await
+            .unwrap()
+            .unwrap();
+        // exactly one re-registration: the renewal from the same CA made none
+        assert!(patches.try_recv().is_err());
+        let expiry = registry
+            .gather()
+            .into_iter()
+            .find(|f| f.name() == "lifeboat_agent_webhook_certificate_expiration_timestamp_seconds")
+            .map(|f| f.get_metric()[0].get_gauge().get_value())
+            .unwrap_or_default();
+        let not_after = second.leaf_info().unwrap().not_after;
+        assert_eq!(
+            expiry,
+            not_after
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs_f64()
+        );
     }
 }

@@ -14,12 +14,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use prometheus::{IntCounterVec, Opts, Registry};
+use lifeboat_tls::ServingCertificate;
+use prometheus::{Gauge, IntCounterVec, Opts, Registry};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::access::{Authorizer, validate_create_with_access};
+use super::access::{AccessLimits, Authorizer, validate_create_with_access};
 use super::admission::{
     MalformedRequest, Subject, Verdict, mutate, operation_label, parse_review, respond, subject,
     update_verdict,
@@ -33,19 +34,24 @@ pub const VALIDATE_PATH: &str = "/validate-workload-codeflare-dev-v1beta2-appwra
 /// Liveness path (plain `ok`).
 pub const HEALTHZ_PATH: &str = "/healthz";
 
-/// An UPDATE review carries two objects of up to ~1.5 MiB each (etcd's limit) plus envelope.
-const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
+/// Request bodies are limited to this size (axum's default would be 2 MiB, too little): an
+/// UPDATE review carries two objects of up to ~1.5 MiB each (etcd's limit) plus the envelope.
+/// A larger body is refused with 413 before it is parsed.
+pub const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
 /// A client that does not finish its TLS handshake in this time is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `appwrapper_admission_total{operation, allowed}`: verdicts of the validating webhook.
+/// `appwrapper_admission_total{operation, allowed}`: verdicts of the validating webhook;
+/// `lifeboat_agent_webhook_certificate_expiration_timestamp_seconds`: when the certificate
+/// served now expires (alert on it if rotation stops).
 #[derive(Clone)]
 pub struct AdmissionMetrics {
     total: IntCounterVec,
+    certificate_expiration: Gauge,
 }
 
 impl AdmissionMetrics {
-    /// Creates the counter and registers it in `registry`.
+    /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> Result<Self, prometheus::Error> {
         let total = IntCounterVec::new(
             Opts::new(
@@ -56,7 +62,28 @@ impl AdmissionMetrics {
             &["operation", "allowed"],
         )?;
         registry.register(Box::new(total.clone()))?;
-        Ok(Self { total })
+        let certificate_expiration = Gauge::new(
+            "lifeboat_agent_webhook_certificate_expiration_timestamp_seconds",
+            "When the webhook's serving certificate expires (Unix time)",
+        )?;
+        registry.register(Box::new(certificate_expiration.clone()))?;
+        Ok(Self {
+            total,
+            certificate_expiration,
+        })
+    }
+
+    /// Records the expiry of the certificate served now.
+    pub fn certificate_served(&self, certificate: &ServingCertificate) {
+        match certificate.leaf_info() {
+            Ok(info) => self.certificate_expiration.set(
+                info.not_after
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+            ),
+            Err(error) => tracing::warn!(%error, "reading the served certificate's expiry"),
+        }
     }
 
     fn record(&self, operation: &str, allowed: bool) {
@@ -71,6 +98,8 @@ pub struct WebhookState<A> {
     pub authorizer: A,
     pub config: Arc<AppWrapperConfig>,
     pub metrics: AdmissionMetrics,
+    /// Bounds on the apiserver calls of the RBAC check.
+    pub limits: AccessLimits,
 }
 
 /// The webhook's routes: the two admission paths (POST) and `/healthz`.
@@ -127,6 +156,7 @@ async fn validate_handler<A: Authorizer>(
                 &aw,
                 state.config.user_rbac_admission_check,
                 &state.authorizer,
+                &state.limits,
             )
             .await
         }
@@ -240,6 +270,7 @@ mod tests {
                 ..Default::default()
             }),
             metrics: AdmissionMetrics::register(&registry).unwrap(),
+            limits: Default::default(),
         });
         (router(state), registry)
     }
@@ -381,7 +412,13 @@ mod tests {
             );
         }
         // no verdict was counted for requests that were not judged
-        assert!(registry.gather().iter().all(|f| f.get_metric().is_empty()));
+        assert!(
+            registry
+                .gather()
+                .iter()
+                .filter(|f| f.name() == "appwrapper_admission_total")
+                .all(|f| f.get_metric().is_empty())
+        );
 
         let response = app
             .clone()

@@ -1,203 +1,166 @@
-//! The webhook's serving certificate: generated at start (a self-signed CA, and a serving
-//! certificate it signs for the names the apiserver dials), or loaded from PEM files (e.g. a
-//! cert-manager secret mounted in the pod).
+//! The webhook's serving certificate, made and kept current with `lifeboat-tls`:
+//! - issued from a CA kept in a Secret (the default): every replica and every restart signs with
+//!   the same CA, so the webhook configurations carry one caBundle; the serving certificate is
+//!   re-issued before it expires and at once when the Secret's CA changes;
+//! - read from PEM files (e.g. a mounted cert-manager Secret), re-read when they change;
+//! - issued from a CA in memory, for tests and throwaway agents.
+//!
+//! Whatever the source, the server presents it through a [`ReloadingResolver`], so a rotation
+//! needs no restart: the next TLS handshake presents the new certificate.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+use futures::stream::{self, BoxStream, StreamExt};
+use lifeboat_tls::authority::CA_LIFETIME;
+use lifeboat_tls::files::DEFAULT_POLL_INTERVAL;
+use lifeboat_tls::renewal::SERVING_LIFETIME;
+use lifeboat_tls::secret::{CaOrigin, CaSecret, SecretError};
+use lifeboat_tls::{
+    CertificateAuthority, FileReloader, PemFiles, ReloadingResolver, Renewer, TlsError, Validity,
 };
-use rustls::ServerConfig;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// A serving certificate and the CA bundle the apiserver must trust to call us.
-#[derive(Clone)]
-pub struct ServingCertificate {
-    /// The certificate chain, leaf first (PEM).
-    pub chain_pem: String,
-    /// Its private key (PEM).
-    pub key_pem: String,
-    /// What goes into the webhook configurations' `caBundle` (PEM).
-    pub ca_bundle_pem: String,
-}
+use crate::install::FIELD_MANAGER;
 
-impl std::fmt::Debug for ServingCertificate {
-    // Never print the private key.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServingCertificate")
-            .field("chain_pem", &self.chain_pem)
-            .field("ca_bundle_pem", &self.ca_bundle_pem)
-            .finish_non_exhaustive()
-    }
-}
+/// Name of the Secret holding the webhook's CA, unless `--webhook-ca-secret` says otherwise.
+pub const DEFAULT_CA_SECRET: &str = "lifeboat-agent-webhook-ca";
+/// Subject (CN) of a CA the webhook generates.
+pub const CA_COMMON_NAME: &str = "lifeboat-agent-webhook-ca";
 
-/// Why a serving certificate could not be made or used; names the file or the step.
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("generating the webhook certificate: {0}")]
-    Generate(#[from] rcgen::Error),
-    #[error("the webhook certificate needs at least one host name or IP address")]
-    NoNames,
-    #[error("reading {path}: {source}")]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
+/// Where the serving certificate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CertificateSource {
+    /// Issued from the CA in this Secret (`kubernetes.io/tls`: `tls.crt`, `tls.key`), which is
+    /// created when absent. `namespace: None` is the client's default namespace (in a pod: its
+    /// own). Replicas and restarts share the CA and so the caBundle.
+    CaSecret {
+        namespace: Option<String>,
+        name: String,
     },
-    #[error("{path}: {reason}")]
-    Pem { path: PathBuf, reason: String },
-    #[error("the webhook certificate and key do not make a TLS configuration: {0}")]
-    Config(#[from] rustls::Error),
+    /// PEM files, e.g. a mounted cert-manager Secret, re-read every 5 s and served from the next
+    /// handshake when they change. `ca` is the bundle the apiserver must trust; without it the
+    /// certificate file is used (right for a self-signed certificate).
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+        ca: Option<PathBuf>,
+    },
+    /// A CA in memory, lost at exit: for tests and a single throwaway agent (replicas would each
+    /// have their own and disagree on the caBundle).
+    Ephemeral,
 }
 
-/// Generates a CA and a serving certificate (rcgen's default validity, which outlives any agent)
-/// for `names` (DNS names or IP addresses) signed by it.
-pub fn generate(names: &[String]) -> Result<ServingCertificate, TlsError> {
-    if names.is_empty() {
-        return Err(TlsError::NoNames);
+impl Default for CertificateSource {
+    fn default() -> Self {
+        CertificateSource::CaSecret {
+            namespace: None,
+            name: DEFAULT_CA_SECRET.into(),
+        }
     }
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "lifeboat-agent-webhook-ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
-
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(names.to_vec())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, names[0].as_str());
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let cert = params.signed_by(&key, &ca)?;
-    Ok(ServingCertificate {
-        chain_pem: cert.pem(),
-        key_pem: key.serialize_pem(),
-        ca_bundle_pem: ca.pem(),
-    })
 }
 
-/// Loads a serving certificate (chain) and key from PEM files. The CA bundle is `ca` when
-/// given, else the certificate file itself (right for a self-signed certificate).
-pub fn load(cert: &Path, key: &Path, ca: Option<&Path>) -> Result<ServingCertificate, TlsError> {
-    let read = |path: &Path| {
-        std::fs::read_to_string(path).map_err(|source| TlsError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
-    let loaded = ServingCertificate {
-        chain_pem: read(cert)?,
-        key_pem: read(key)?,
-        ca_bundle_pem: read(ca.unwrap_or(cert))?,
-    };
-    // Fail at start, naming the file, rather than at the first handshake.
-    certificates(&loaded.chain_pem, cert)?;
-    certificates(&loaded.ca_bundle_pem, ca.unwrap_or(cert))?;
-    private_key(&loaded.key_pem, key)?;
-    Ok(loaded)
+/// Why the serving certificate could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum CertificateError {
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    CaSecret(#[from] SecretError),
 }
 
-fn certificates(pem: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::Pem {
-            path: path.to_path_buf(),
-            reason: format!("not a PEM certificate file: {e}"),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::Pem {
-            path: path.to_path_buf(),
-            reason: "contains no CERTIFICATE block".into(),
-        });
-    }
-    Ok(certs)
+/// The webhook's serving certificate and what keeps it current.
+pub struct Certificates {
+    resolver: Arc<ReloadingResolver>,
+    keeper: Keeper,
 }
 
-fn private_key(pem: &str, path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_slice(pem.as_bytes()).map_err(|e| TlsError::Pem {
-        path: path.to_path_buf(),
-        reason: format!("contains no usable private key: {e}"),
-    })
+enum Keeper {
+    Issuing {
+        renewer: Box<Renewer>,
+        /// The CA whenever it changes (the Secret's), or nothing (a CA in memory).
+        ca_updates: BoxStream<'static, Result<CertificateAuthority, SecretError>>,
+    },
+    Files(FileReloader),
 }
 
-/// The rustls server configuration (ring provider, HTTP/1.1) for a serving certificate.
-pub fn server_config(cert: &ServingCertificate) -> Result<Arc<ServerConfig>, TlsError> {
-    let chain = certificates(&cert.chain_pem, Path::new("<serving certificate>"))?;
-    let key = private_key(&cert.key_pem, Path::new("<serving key>"))?;
-    // An explicit provider: the process may link more than one, and then the implicit default
-    // would panic.
-    let mut config =
-        ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn generated_certificates_make_a_server_config() {
-        let cert = generate(&["127.0.0.1".into(), "agent.ns.svc".into()]).unwrap();
-        assert!(cert.chain_pem.starts_with("-----BEGIN CERTIFICATE-----"));
-        assert!(
-            cert.ca_bundle_pem
-                .starts_with("-----BEGIN CERTIFICATE-----")
-        );
-        assert_ne!(cert.chain_pem, cert.ca_bundle_pem);
-        assert!(!format!("{cert:?}").contains("PRIVATE KEY"));
-        server_config(&cert).unwrap();
-        assert!(matches!(generate(&[]), Err(TlsError::NoNames)));
+impl Certificates {
+    /// The first certificate, for `names` (DNS names or IP addresses the apiserver dials) when
+    /// it is issued here. A CA Secret is read or created with `client`.
+    pub async fn prepare(
+        source: &CertificateSource,
+        names: &[String],
+        client: &kube::Client,
+    ) -> Result<Self, CertificateError> {
+        let issuing = |ca: CertificateAuthority, ca_updates| {
+            let common_name = names.first().ok_or(TlsError::NoNames)?;
+            let renewer = Renewer::start(ca, common_name, names, SERVING_LIFETIME)?;
+            Ok::<_, CertificateError>(Self {
+                resolver: renewer.resolver().clone(),
+                keeper: Keeper::Issuing {
+                    renewer: Box::new(renewer),
+                    ca_updates,
+                },
+            })
+        };
+        match source {
+            CertificateSource::Ephemeral => issuing(generate_ca()?, stream::pending().boxed()),
+            CertificateSource::CaSecret { namespace, name } => {
+                let namespace = namespace
+                    .clone()
+                    .unwrap_or_else(|| client.default_namespace().to_string());
+                let secret =
+                    CaSecret::new(client.clone(), &namespace, name).with_labels(BTreeMap::from([
+                        (
+                            "app.kubernetes.io/managed-by".to_string(),
+                            FIELD_MANAGER.to_string(),
+                        ),
+                    ]));
+                let (ca, origin) = secret
+                    .ensure(CA_COMMON_NAME, Validity::starting_now(CA_LIFETIME))
+                    .await?;
+                let how = match origin {
+                    CaOrigin::Existing => "read",
+                    CaOrigin::Created => "created",
+                    CaOrigin::CreatedByAnother => "read (created by another replica meanwhile)",
+                };
+                tracing::info!(secret = %secret.display_name(), "webhook CA {how}");
+                issuing(ca, secret.watch().boxed())
+            }
+            CertificateSource::Files { cert, key, ca } => {
+                let files = PemFiles {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                    ca: ca.clone(),
+                };
+                let resolver = ReloadingResolver::new(files.load().await?)?;
+                Ok(Self {
+                    keeper: Keeper::Files(FileReloader::new(files, resolver.clone())),
+                    resolver,
+                })
+            }
+        }
     }
 
-    #[test]
-    fn files_load_and_bad_files_are_named() {
-        let dir = std::env::temp_dir().join(format!("lifeboat-tls-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let cert = generate(&["localhost".into()]).unwrap();
-        let (crt, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
-        std::fs::write(&crt, &cert.chain_pem).unwrap();
-        std::fs::write(&key, &cert.key_pem).unwrap();
-        std::fs::write(&ca, &cert.ca_bundle_pem).unwrap();
-
-        let loaded = load(&crt, &key, Some(&ca)).unwrap();
-        assert_eq!(loaded.ca_bundle_pem, cert.ca_bundle_pem);
-        server_config(&loaded).unwrap();
-        // without a CA file the certificate itself is the bundle
-        assert_eq!(
-            load(&crt, &key, None).unwrap().ca_bundle_pem,
-            cert.chain_pem
-        );
-
-        let err = load(&key, &key, None).unwrap_err().to_string();
-        assert!(
-            err.contains("tls.key") && err.contains("no CERTIFICATE"),
-            "{err}"
-        );
-        let err = load(&crt, &crt, None).unwrap_err().to_string();
-        assert!(
-            err.contains("tls.crt") && err.contains("private key"),
-            "{err}"
-        );
-        let missing = dir.join("missing.pem");
-        let err = load(&missing, &key, None).unwrap_err().to_string();
-        assert!(err.contains("missing.pem"), "{err}");
-        std::fs::remove_dir_all(&dir).unwrap();
+    /// What the TLS server asks at every handshake.
+    pub fn resolver(&self) -> &Arc<ReloadingResolver> {
+        &self.resolver
     }
+
+    /// Keeps the certificate current until `shutdown` completes: re-issues before expiry and
+    /// follows the CA Secret, or re-reads the files.
+    pub async fn keep_current(self, shutdown: impl Future<Output = ()>) {
+        match self.keeper {
+            Keeper::Issuing {
+                renewer,
+                ca_updates,
+            } => renewer.run(ca_updates, shutdown).await,
+            Keeper::Files(reloader) => reloader.run(DEFAULT_POLL_INTERVAL, shutdown).await,
+        }
+    }
+}
+
+fn generate_ca() -> Result<CertificateAuthority, TlsError> {
+    CertificateAuthority::generate(CA_COMMON_NAME, Validity::starting_now(CA_LIFETIME))
 }
