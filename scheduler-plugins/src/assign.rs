@@ -11,22 +11,56 @@
 //! (the result only depends on the weights, so it is stable anyway).
 
 use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 
-/// One cluster taking part in a division.
+/// One cluster taking part in an apportionment. Parties are given in name order: that order
+/// breaks exact ties.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Party<'a> {
-    pub name: &'a str,
+pub struct Party {
     pub weight: i64,
     /// At most this many seats.
     pub cap: i64,
 }
 
+/// The next seat a party would take, ordered so that the party that gets it first is the
+/// greatest: highest `weight / (2 × seats + 1)`, then fewer seats, then name order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Claim {
+    weight: i64,
+    seats: i64,
+    position: usize,
+    ascending: bool,
+}
+
+impl Ord for Claim {
+    fn cmp(&self, other: &Claim) -> Ordering {
+        let mine = i128::from(self.weight) * (2 * i128::from(other.seats) + 1);
+        let theirs = i128::from(other.weight) * (2 * i128::from(self.seats) + 1);
+        mine.cmp(&theirs)
+            .then_with(|| other.seats.cmp(&self.seats))
+            .then_with(|| {
+                if self.ascending {
+                    other.position.cmp(&self.position)
+                } else {
+                    self.position.cmp(&other.position)
+                }
+            })
+    }
+}
+
+impl PartialOrd for Claim {
+    fn partial_cmp(&self, other: &Claim) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// Webster / Sainte-Laguë: each next seat goes to the party with the highest
-/// `weight / (2 × seats + 1)`; ties go to the party with fewer seats, then by name (ascending
-/// or descending). Parties with weight 0 or cap 0 get nothing. Returns the seats per party, in
-/// the order given; their sum is below `seats` only when the caps do not allow more.
-pub fn webster(seats: i64, parties: &[Party<'_>], ascending: bool) -> Vec<i64> {
-    let eligible = |p: &Party<'_>| p.weight > 0 && p.cap > 0;
+/// `weight / (2 × seats + 1)`; ties go to the party with fewer seats, then to the first
+/// (`ascending`) or the last party in name order. Parties with weight 0 or cap 0 get nothing.
+/// Returns the seats per party, in the order given; their sum is below `seats` only when the
+/// caps do not allow more.
+pub fn webster(seats: i64, parties: &[Party], ascending: bool) -> Vec<i64> {
+    let eligible = |p: &Party| p.weight > 0 && p.cap > 0;
     let n = parties.iter().filter(|p| eligible(p)).count() as i128;
     let total_weight: i128 = parties
         .iter()
@@ -52,50 +86,34 @@ pub fn webster(seats: i64, parties: &[Party<'_>], ascending: bool) -> Vec<i64> {
         })
         .collect();
     let mut remaining = seats - out.iter().sum::<i64>();
+    let mut claims: BinaryHeap<Claim> = parties
+        .iter()
+        .enumerate()
+        .filter(|(i, p)| eligible(p) && out[*i] < p.cap)
+        .map(|(position, p)| Claim {
+            weight: p.weight,
+            seats: out[position],
+            position,
+            ascending,
+        })
+        .collect();
     while remaining > 0 {
-        let mut best: Option<usize> = None;
-        for (i, p) in parties.iter().enumerate() {
-            if !eligible(p) || out[i] >= p.cap {
-                continue;
-            }
-            best = match best {
-                None => Some(i),
-                Some(b) => {
-                    if prefer(parties, &out, i, b, ascending) == Ordering::Greater {
-                        Some(i)
-                    } else {
-                        Some(b)
-                    }
-                }
-            };
-        }
-        let Some(b) = best else { break };
-        out[b] += 1;
+        let Some(mut claim) = claims.pop() else { break };
+        claim.seats += 1;
+        out[claim.position] = claim.seats;
         remaining -= 1;
+        if claim.seats < parties[claim.position].cap {
+            claims.push(claim);
+        }
     }
     out
 }
 
-/// `Greater` when party `a` should get the next seat before party `b`.
-fn prefer(parties: &[Party<'_>], seats: &[i64], a: usize, b: usize, ascending: bool) -> Ordering {
-    let pa = i128::from(parties[a].weight) * (2 * i128::from(seats[b]) + 1);
-    let pb = i128::from(parties[b].weight) * (2 * i128::from(seats[a]) + 1);
-    pa.cmp(&pb)
-        .then_with(|| seats[b].cmp(&seats[a]))
-        .then_with(|| {
-            let by_name = parties[b].name.cmp(parties[a].name);
-            if ascending {
-                by_name
-            } else {
-                by_name.reverse()
-            }
-        })
-}
-
-/// A selected cluster as division sees it.
+/// A selected cluster as division sees it. Members are given in name order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Member<'a> {
-    pub name: &'a str,
+pub struct Member {
+    /// Its place by score (0: best); orders equally roomy clusters in Aggregated.
+    pub rank: usize,
     /// Replicas it can still run (node by node), on top of what it runs now.
     pub available: i64,
     /// Replicas it has now (0 in Fresh mode is not implied: see `fresh`).
@@ -114,15 +132,14 @@ pub struct NotEnough {
 /// Static weights: `weights[i]` for `members[i]` (0: not selected).
 pub fn by_static_weights(
     replicas: i64,
-    members: &[Member<'_>],
+    members: &[Member],
     weights: &[i64],
     ascending: bool,
 ) -> Result<Vec<i64>, NotEnough> {
-    let parties: Vec<Party<'_>> = members
+    let parties: Vec<Party> = members
         .iter()
         .zip(weights)
         .map(|(m, &weight)| Party {
-            name: m.name,
             weight,
             cap: if m.frozen { m.current } else { i64::MAX },
         })
@@ -134,7 +151,7 @@ pub fn by_static_weights(
 /// Dynamic weights (available replicas), Steady unless `fresh`.
 pub fn by_available_replicas(
     replicas: i64,
-    members: &[Member<'_>],
+    members: &[Member],
     fresh: bool,
     ascending: bool,
 ) -> Result<Vec<i64>, NotEnough> {
@@ -161,11 +178,11 @@ pub fn by_available_replicas(
 }
 
 /// Aggregated: as few clusters as possible. Clusters already used come first, then the ones
-/// that can run most (ties: the order given, i.e. by score then name); the shortest prefix that
-/// can run the replicas is divided by what each can run.
+/// that can run most (ties: by score, then name); the shortest prefix that can run the
+/// replicas is divided by what each can run.
 pub fn aggregated(
     replicas: i64,
-    members: &[Member<'_>],
+    members: &[Member],
     fresh: bool,
     ascending: bool,
 ) -> Result<Vec<i64>, NotEnough> {
@@ -209,7 +226,7 @@ pub fn aggregated(
 
 /// Weights and caps for new replicas: what each member can still run (plus what it runs now
 /// in Fresh mode); frozen members take nothing new.
-fn growth_parties<'a>(members: &[Member<'a>], fresh: bool) -> Vec<Party<'a>> {
+fn growth_parties(members: &[Member], fresh: bool) -> Vec<Party> {
     members
         .iter()
         .map(|m| {
@@ -221,7 +238,6 @@ fn growth_parties<'a>(members: &[Member<'a>], fresh: bool) -> Vec<Party<'a>> {
                 m.available
             };
             Party {
-                name: m.name,
                 weight: room,
                 cap: room,
             }
@@ -231,10 +247,10 @@ fn growth_parties<'a>(members: &[Member<'a>], fresh: bool) -> Vec<Party<'a>> {
 
 fn steady(
     replicas: i64,
-    members: &[Member<'_>],
+    members: &[Member],
     fresh: bool,
     ascending: bool,
-    grow: impl Fn(i64, &[Member<'_>], bool) -> Result<Vec<i64>, NotEnough>,
+    grow: impl Fn(i64, &[Member], bool) -> Result<Vec<i64>, NotEnough>,
 ) -> Result<Vec<i64>, NotEnough> {
     let kept: i64 = if fresh {
         0
@@ -249,10 +265,9 @@ fn steady(
     }
     if kept > replicas {
         // Scale down in proportion to the current assignment.
-        let parties: Vec<Party<'_>> = members
+        let parties: Vec<Party> = members
             .iter()
             .map(|m| Party {
-                name: m.name,
                 weight: m.current,
                 cap: m.current,
             })
@@ -283,19 +298,32 @@ fn check(out: Vec<i64>, replicas: i64) -> Result<Vec<i64>, NotEnough> {
 mod tests {
     use super::*;
 
-    fn parties<'a>(named: &[(&'a str, i64)]) -> Vec<Party<'a>> {
+    /// Parties in name order (the names only document the examples).
+    fn parties(named: &[(&str, i64)]) -> Vec<Party> {
         named
             .iter()
-            .map(|&(name, weight)| Party {
-                name,
+            .map(|&(_, weight)| Party {
                 weight,
                 cap: i64::MAX,
             })
             .collect()
     }
 
+    /// Whether party `a` takes the next seat before party `b`: the rule, written out plainly.
+    fn before(parties: &[Party], seats: &[i64], a: usize, b: usize, ascending: bool) -> bool {
+        let pa = i128::from(parties[a].weight) * (2 * i128::from(seats[b]) + 1);
+        let pb = i128::from(parties[b].weight) * (2 * i128::from(seats[a]) + 1);
+        if pa != pb {
+            return pa > pb;
+        }
+        if seats[a] != seats[b] {
+            return seats[a] < seats[b];
+        }
+        if ascending { a < b } else { a > b }
+    }
+
     /// The plain sequential method, one seat at a time: the reference for the fast one.
-    fn sequential(seats: i64, parties: &[Party<'_>], ascending: bool) -> Vec<i64> {
+    fn sequential(seats: i64, parties: &[Party], ascending: bool) -> Vec<i64> {
         let mut out = vec![0; parties.len()];
         for _ in 0..seats {
             let mut best: Option<usize> = None;
@@ -304,7 +332,7 @@ mod tests {
                     continue;
                 }
                 best = Some(match best {
-                    Some(b) if prefer(parties, &out, i, b, ascending) != Ordering::Greater => b,
+                    Some(b) if !before(parties, &out, i, b, ascending) => b,
                     _ => i,
                 });
             }
@@ -363,13 +391,11 @@ mod tests {
             &[100_000, 80_000, 30_000, 20_000],
             &[5, 13, 2, 8, 21, 1, 3],
         ];
-        let names = ["a", "b", "c", "d", "e", "f", "g", "h"];
         for w in weights {
-            let p: Vec<Party<'_>> = w
+            let p: Vec<Party> = w
                 .iter()
                 .enumerate()
                 .map(|(i, &weight)| Party {
-                    name: names[i],
                     weight,
                     cap: if i == 1 { 4 } else { i64::MAX },
                 })
@@ -392,9 +418,9 @@ mod tests {
         assert_eq!(webster(600_000, &p, true), [100_000, 200_000, 300_000]);
     }
 
-    fn member(name: &str, available: i64, current: i64) -> Member<'_> {
+    fn member(rank: usize, available: i64, current: i64) -> Member {
         Member {
-            name,
+            rank,
             available,
             current,
             frozen: false,
@@ -403,7 +429,7 @@ mod tests {
 
     #[test]
     fn static_weights_divide_by_webster() {
-        let m = [member("m1", 0, 0), member("m2", 0, 0), member("m3", 0, 0)];
+        let m = [member(0, 0, 0), member(1, 0, 0), member(2, 0, 0)];
         assert_eq!(
             by_static_weights(10, &m, &[1, 2, 2], true).unwrap(),
             [2, 4, 4]
@@ -431,7 +457,7 @@ mod tests {
 
     #[test]
     fn dynamic_weights_follow_available_replicas() {
-        let m = [member("m1", 6, 0), member("m2", 3, 0), member("m3", 1, 0)];
+        let m = [member(0, 6, 0), member(1, 3, 0), member(2, 1, 0)];
         // The fifth replica: m2 (3 / 3) and m3 (1 / 1) tie, m3 has fewer.
         assert_eq!(
             by_available_replicas(5, &m, false, true).unwrap(),
@@ -453,7 +479,7 @@ mod tests {
     #[test]
     fn steady_scale_up_adds_only_the_missing_replicas() {
         // 4 running on m1, 2 on m2; scale to 10: the 4 new ones by room (m2 has more).
-        let m = [member("m1", 1, 4), member("m2", 7, 2)];
+        let m = [member(0, 1, 4), member(1, 7, 2)];
         assert_eq!(by_available_replicas(10, &m, false, true).unwrap(), [5, 5]);
         // Unchanged total: unchanged assignment, even if the room changed.
         assert_eq!(by_available_replicas(6, &m, false, true).unwrap(), [4, 2]);
@@ -463,7 +489,7 @@ mod tests {
 
     #[test]
     fn steady_scale_down_shrinks_in_proportion() {
-        let m = [member("m1", 0, 6), member("m2", 0, 3), member("m3", 100, 0)];
+        let m = [member(0, 0, 6), member(1, 0, 3), member(2, 100, 0)];
         assert_eq!(
             by_available_replicas(6, &m, false, true).unwrap(),
             [4, 2, 0]
@@ -473,14 +499,14 @@ mod tests {
 
     #[test]
     fn aggregated_uses_as_few_clusters_as_possible() {
-        let m = [member("m1", 3, 0), member("m2", 8, 0), member("m3", 5, 0)];
+        let m = [member(0, 3, 0), member(1, 8, 0), member(2, 5, 0)];
         // m2 alone can run 6.
         assert_eq!(aggregated(6, &m, false, true).unwrap(), [0, 6, 0]);
         // 10 needs m2 and m3, divided 8:5.
         assert_eq!(aggregated(10, &m, false, true).unwrap(), [0, 6, 4]);
         assert!(aggregated(17, &m, false, true).is_err());
         // Scale up from a cluster already used: it is filled first.
-        let used = [member("m1", 3, 2), member("m2", 8, 0), member("m3", 5, 0)];
+        let used = [member(0, 3, 2), member(1, 8, 0), member(2, 5, 0)];
         assert_eq!(aggregated(4, &used, false, true).unwrap(), [4, 0, 0]);
         // 5 more: m1 has room for 3, so m2 joins; divided 3:8.
         assert_eq!(aggregated(7, &used, false, true).unwrap(), [3, 4, 0]);
@@ -491,9 +517,9 @@ mod tests {
         let m = [
             Member {
                 frozen: true,
-                ..member("m1", 10, 2)
+                ..member(0, 10, 2)
             },
-            member("m2", 3, 0),
+            member(1, 3, 0),
         ];
         assert_eq!(by_available_replicas(5, &m, false, true).unwrap(), [2, 3]);
         assert!(by_available_replicas(6, &m, false, true).is_err());

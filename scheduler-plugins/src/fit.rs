@@ -8,12 +8,12 @@
 //! what placing the pods one node at a time would do, at the cost of a few groups instead of
 //! one step per pod. Capacity is never summed over nodes to decide a fit.
 
-use crate::quantity::format_milli;
+use crate::quantity::Amount;
 use crate::request::{PodRequest, SchedulingRequest};
 use crate::snapshot::{ClusterSnapshot, NOT_REPORTED, NodeGroupSnapshot};
 
 /// What fitting a request into one cluster found.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FitEstimate {
     /// Gang: every pod of every component placed. Otherwise: one pod of each component fits
     /// on some node.
@@ -24,48 +24,16 @@ pub struct FitEstimate {
     /// 0..=100: the share of the pods (gang) or of the available replicas (others) on nodes
     /// of the preferred capacity type; 0 without a preference.
     pub preferred_share: i64,
-    /// 0..=100: how much of the cluster's free capacity would be left after the whole
-    /// workload, on its tightest requested resource.
-    pub headroom: i64,
 }
 
-/// Why a request does not fit a cluster.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Why a request does not fit a cluster ([`explain`] says it in words).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FitFailure {
     /// The agent has not reported node capacity yet.
     NoCapacityReported,
-    /// `placed` of the `wanted` pods of a component found a node.
-    Component {
-        component: String,
-        placed: i64,
-        wanted: i64,
-        /// What one pod needs, e.g. `nvidia.com/gpu: 8, cpu: 16`.
-        per_pod: String,
-        /// The most any single node has free of those resources.
-        largest_node: String,
-        /// The cluster's free total of those resources (summed over nodes).
-        cluster_free: String,
-    },
-}
-
-impl std::fmt::Display for FitFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            FitFailure::NoCapacityReported => f.write_str("node capacity not reported yet"),
-            FitFailure::Component {
-                component,
-                placed,
-                wanted,
-                per_pod,
-                largest_node,
-                cluster_free,
-            } => write!(
-                f,
-                "{placed} of {wanted} pod(s) of {component} ({per_pod} each) fit node by node; \
-                 largest free on one node: {largest_node}; free in the whole cluster: {cluster_free}"
-            ),
-        }
-    }
+    /// Only `placed` pods of component `component` (an index into the request's components)
+    /// found a node: of all of them for a gang, of one otherwise.
+    Shortfall { component: usize, placed: i64 },
 }
 
 /// Buffers reused across the clusters of one decision.
@@ -76,6 +44,23 @@ pub(crate) struct Scratch {
     bucket_count: Vec<i64>,
     bucket_group: Vec<usize>,
     bucket_free: Vec<i64>,
+    node_free: Vec<i64>,
+    split_free: Vec<i64>,
+}
+
+/// The snapshot column of every request column.
+fn fill_columns(
+    request: &SchedulingRequest,
+    cluster: &ClusterSnapshot,
+    columns: &mut Vec<Option<usize>>,
+) {
+    columns.clear();
+    columns.extend(
+        request
+            .resources
+            .iter()
+            .map(|res| res.well_known.or_else(|| cluster.column(&res.name))),
+    );
 }
 
 /// Free amount of request column `k` on one node of `group`.
@@ -124,14 +109,10 @@ pub(crate) fn estimate(
         bucket_count,
         bucket_group,
         bucket_free,
+        node_free,
+        split_free,
     } = scratch;
-    columns.clear();
-    columns.extend(
-        request
-            .resources
-            .iter()
-            .map(|res| cluster.column(&res.name)),
-    );
+    fill_columns(request, cluster, columns);
 
     // Groups of the preferred capacity type first, each part in reported order.
     group_order.clear();
@@ -146,13 +127,11 @@ pub(crate) fn estimate(
             .filter(|&g| cluster.node_groups[g].count > 0 && !preferred(&cluster.node_groups[g])),
     );
 
-    let headroom = headroom(request, cluster, columns);
     if request.components.is_empty() {
         return FitEstimate {
             outcome: Ok(()),
             available_replicas: i64::from(i32::MAX),
             preferred_share: 0,
-            headroom,
         };
     }
     if group_order.is_empty() {
@@ -160,7 +139,6 @@ pub(crate) fn estimate(
             outcome: Err(FitFailure::NoCapacityReported),
             available_replicas: 0,
             preferred_share: 0,
-            headroom,
         };
     }
 
@@ -187,8 +165,7 @@ pub(crate) fn estimate(
                     b += 1;
                     continue;
                 }
-                let free = &bucket_free[b * r..(b + 1) * r];
-                let n = per_node(free, req);
+                let n = per_node(&bucket_free[b * r..(b + 1) * r], req);
                 if n == 0 {
                     b += 1;
                     continue;
@@ -203,24 +180,28 @@ pub(crate) fn estimate(
                     b += 1;
                     n * count
                 } else {
-                    // Split: `full_nodes` filled, one partly filled, the rest untouched.
+                    // Split: `full_nodes` filled, one partly filled, the rest untouched, in
+                    // that order (first fit fills the first nodes first).
                     let rest = remaining % n;
-                    let untouched = count - full_nodes - i64::from(rest > 0);
-                    let original: Vec<i64> = free.to_vec();
-                    let mut counts = Vec::with_capacity(3);
-                    let mut frees = Vec::with_capacity(3 * r);
-                    for (nodes, pods) in
-                        [(full_nodes, n), (i64::from(rest > 0), rest), (untouched, 0)]
-                    {
+                    let partial = i64::from(rest > 0);
+                    let untouched = count - full_nodes - partial;
+                    node_free.clear();
+                    node_free.extend_from_slice(&bucket_free[b * r..(b + 1) * r]);
+                    split_free.clear();
+                    let mut added = 0;
+                    for (nodes, pods) in [(full_nodes, n), (partial, rest), (untouched, 0)] {
                         if nodes > 0 {
-                            counts.push(nodes);
-                            frees.extend(original.iter().zip(req).map(|(f, q)| f - pods * q));
+                            split_free.extend(node_free.iter().zip(req).map(|(f, q)| f - pods * q));
+                            bucket_count.insert(b + added, nodes);
+                            added += 1;
                         }
                     }
-                    let added = counts.len();
-                    bucket_count.splice(b..=b, counts);
-                    bucket_group.splice(b..=b, std::iter::repeat_n(bucket_group[b], added));
-                    bucket_free.splice(b * r..(b + 1) * r, frees);
+                    bucket_count.remove(b + added);
+                    let group_index = bucket_group[b];
+                    for _ in 1..added {
+                        bucket_group.insert(b, group_index);
+                    }
+                    bucket_free.splice(b * r..(b + 1) * r, split_free.drain(..));
                     remaining
                 };
                 remaining -= placed;
@@ -231,17 +212,12 @@ pub(crate) fn estimate(
             total += component.replicas - remaining;
             if remaining > 0 {
                 return FitEstimate {
-                    outcome: Err(failure(
-                        request,
-                        cluster,
-                        columns,
-                        group_order,
-                        c,
-                        component.replicas - remaining,
-                    )),
+                    outcome: Err(FitFailure::Shortfall {
+                        component: c,
+                        placed: component.replicas - remaining,
+                    }),
                     available_replicas: 0,
                     preferred_share: 0,
-                    headroom,
                 };
             }
         }
@@ -254,12 +230,13 @@ pub(crate) fn estimate(
             outcome: Ok(()),
             available_replicas: 0,
             preferred_share,
-            headroom,
         };
     }
 
     // Not a gang: one pod of each component must fit some node.
-    let mut free = vec![0i64; r];
+    let free = node_free;
+    free.clear();
+    free.resize(r, 0);
     for (c, component) in request.components.iter().enumerate() {
         let fits = group_order.iter().any(|&g| {
             let group = &cluster.node_groups[g];
@@ -269,14 +246,16 @@ pub(crate) fn estimate(
             for (k, f) in free.iter_mut().enumerate() {
                 *f = projected(request, columns, group, k);
             }
-            per_node(&free, &component.pod.request) >= 1
+            per_node(free, &component.pod.request) >= 1
         });
         if !fits {
             return FitEstimate {
-                outcome: Err(failure(request, cluster, columns, group_order, c, 0)),
+                outcome: Err(FitFailure::Shortfall {
+                    component: c,
+                    placed: 0,
+                }),
                 available_replicas: 0,
                 preferred_share: 0,
-                headroom,
             };
         }
     }
@@ -291,7 +270,7 @@ pub(crate) fn estimate(
         for (k, f) in free.iter_mut().enumerate() {
             *f = projected(request, columns, group, k);
         }
-        let n = per_node(&free, &request.per_replica.request)
+        let n = per_node(free, &request.per_replica.request)
             .min(cap)
             .saturating_mul(group.count)
             .min(cap);
@@ -308,46 +287,56 @@ pub(crate) fn estimate(
         } else {
             0
         },
-        headroom,
     }
 }
 
-fn headroom(
-    request: &SchedulingRequest,
-    cluster: &ClusterSnapshot,
-    columns: &[Option<usize>],
-) -> i64 {
+/// 0..=100: how much of the cluster's free capacity would be left after the whole workload,
+/// on its tightest requested resource: 100 × (1 − need / free), 0 when nothing is requested.
+/// Free capacity is summed over nodes here: this is a score, not a fit.
+pub fn headroom(request: &SchedulingRequest, cluster: &ClusterSnapshot) -> i64 {
     let mut score: Option<i64> = None;
     for (k, &need) in request.need_total.iter().enumerate() {
-        if need <= 0 || request.resources[k].optional {
+        let resource = &request.resources[k];
+        if need <= 0 || resource.optional {
             continue;
         }
-        let free = columns[k].map_or(0, |c| cluster.free_for_score(c));
+        let free = resource
+            .well_known
+            .or_else(|| cluster.column(&resource.name))
+            .map_or(0, |c| cluster.free_for_score(c));
         let s = if free <= 0 {
             0
         } else {
-            // 100 × (1 − need/free), rounded down, never below 0.
-            let (num, den) = (i128::from(need) * 100, i128::from(free));
-            let used = (num + den - 1) / den;
-            (100 - used).max(0) as i64
+            // ceil(100 × need / free), in i64 unless that could overflow.
+            let used = match need.checked_mul(100) {
+                Some(n) => (n + free - 1) / free,
+                None => ((i128::from(need) * 100 + i128::from(free) - 1) / i128::from(free))
+                    .min(100) as i64,
+            };
+            (100 - used).max(0)
         };
         score = Some(score.map_or(s, |prev| prev.min(s)));
     }
     score.unwrap_or(0)
 }
 
-fn failure(
+/// Why the request does not fit the cluster, in words: what one pod needs, the most any node
+/// has free, and the cluster's free total (which may well be enough: fitting is per node).
+pub fn explain(
     request: &SchedulingRequest,
     cluster: &ClusterSnapshot,
-    columns: &[Option<usize>],
-    group_order: &[usize],
-    component: usize,
-    placed: i64,
-) -> FitFailure {
-    let c = &request.components[component];
-    let mut per_pod = Vec::new();
-    let mut largest = Vec::new();
-    let mut total = Vec::new();
+    failure: FitFailure,
+) -> String {
+    use std::fmt::Write;
+
+    let FitFailure::Shortfall { component, placed } = failure else {
+        return "node capacity not reported yet".to_string();
+    };
+    let Some(c) = request.components.get(component) else {
+        return format!("component {component} does not fit");
+    };
+    let mut columns = Vec::with_capacity(request.resources.len());
+    fill_columns(request, cluster, &mut columns);
     let mut shown: Vec<usize> = (0..request.resources.len())
         .filter(|&k| c.pod.request[k] > 0 && !request.resources[k].optional)
         .collect();
@@ -364,24 +353,35 @@ fn failure(
             k,
         )
     });
-    for k in shown {
-        let name = &request.resources[k].name;
-        per_pod.push(format!("{name}: {}", format_milli(name, c.pod.request[k])));
-        let max_node = group_order
+    // `name: amount, name: amount` over the shown resources.
+    let list = |out: &mut String, value: &dyn Fn(usize) -> i64| {
+        for (i, &k) in shown.iter().enumerate() {
+            let resource = request.resources[k].name.as_str();
+            let amount = Amount {
+                resource,
+                milli: value(k),
+            };
+            let sep = if i == 0 { "" } else { ", " };
+            let _ = write!(out, "{sep}{resource}: {amount}");
+        }
+    };
+    let wanted = if request.gang { c.replicas } else { 1 };
+    let mut out = String::with_capacity(256);
+    let _ = write!(out, "{placed} of {wanted} pod(s) of {} (", c.name);
+    list(&mut out, &|k| c.pod.request[k]);
+    out.push_str(" each) fit node by node; largest free on one node: ");
+    list(&mut out, &|k| {
+        cluster
+            .node_groups
             .iter()
-            .map(|&g| projected(request, columns, &cluster.node_groups[g], k))
+            .filter(|g| g.count > 0)
+            .map(|g| projected(request, &columns, g, k))
             .max()
-            .unwrap_or(0);
-        largest.push(format!("{name}: {}", format_milli(name, max_node)));
-        let sum = columns[k].map_or(0, |col| cluster.free_total[col]);
-        total.push(format!("{name}: {}", format_milli(name, sum)));
-    }
-    FitFailure::Component {
-        component: c.name.clone(),
-        placed,
-        wanted: if request.gang { c.replicas } else { 1 },
-        per_pod: per_pod.join(", "),
-        largest_node: largest.join(", "),
-        cluster_free: total.join(", "),
-    }
+            .unwrap_or(0)
+    });
+    out.push_str("; free in the whole cluster: ");
+    list(&mut out, &|k| {
+        columns[k].map_or(0, |col| cluster.free_total[col])
+    });
+    out
 }

@@ -1,5 +1,5 @@
 //! Lifeboat's hub scheduler, as pure functions over a snapshot: no IO, no kube client, no
-//! async. The hub builds a [`ClusterSnapshot`] of every `Cluster` once per scheduling round, a
+//! async. The hub builds a [`Snapshot`] of every `Cluster` once per scheduling round, a
 //! [`SchedulingRequest`] from each `ResourceBinding`, and calls [`Scheduler::schedule`]; it
 //! writes the result to `spec.clusters` and the `Scheduled` condition, or the [`FitError`]'s
 //! summary and per-cluster rejections to the condition and `status.rejectedClusters`.
@@ -16,7 +16,7 @@
 //! # fn demo(clusters: &[lifeboat_api::cluster::Cluster],
 //! #         binding: &lifeboat_api::binding::ResourceBinding) -> Result<(), Box<dyn std::error::Error>> {
 //! let scheduler = Scheduler::new(&SchedulerConfig::from_flags("*", "AvailableCapacity=2")?);
-//! let snapshot: Vec<ClusterSnapshot> = clusters.iter().map(ClusterSnapshot::from_cluster).collect();
+//! let snapshot = Snapshot::from_clusters(clusters);
 //! let now = k8s_openapi::jiff::Timestamp::now();
 //! let request = SchedulingRequest::from_binding(binding, None, now)?;
 //! match scheduler.schedule(&request, &snapshot) {
@@ -46,7 +46,7 @@ pub use scheduler::{
     CLUSTER_STATUS, ClusterScore, FitError, REPLICA_SCHEDULING, SPREAD_CONSTRAINT, ScheduleResult,
     Scheduler,
 };
-pub use snapshot::ClusterSnapshot;
+pub use snapshot::{ClusterSnapshot, Snapshot};
 
 #[cfg(test)]
 mod tests;

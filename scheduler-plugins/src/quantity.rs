@@ -41,28 +41,42 @@ const TI: i64 = 1 << 40;
 const GI: i64 = 1 << 30;
 const MI: i64 = 1 << 20;
 
-/// Formats milli-units of a resource the way a person reads them in a rejection reason:
+/// Milli-units of a resource, displayed the way a person reads them in a rejection reason:
 /// `8`, `500m`, `16Gi`, `1Ti`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Amount<'a> {
+    pub resource: &'a str,
+    pub milli: i64,
+}
+
+impl std::fmt::Display for Amount<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let milli = self.milli;
+        if milli == i64::MAX {
+            return f.write_str("unlimited");
+        }
+        if milli % 1000 != 0 {
+            return write!(f, "{milli}m");
+        }
+        let units = milli / 1000;
+        let bytes = self.resource == "memory"
+            || self.resource == "ephemeral-storage"
+            || self.resource.starts_with("hugepages-");
+        if bytes && units != 0 && units % TI == 0 {
+            write!(f, "{}Ti", units / TI)
+        } else if bytes && units != 0 && units % GI == 0 {
+            write!(f, "{}Gi", units / GI)
+        } else if bytes && units != 0 && units % MI == 0 {
+            write!(f, "{}Mi", units / MI)
+        } else {
+            write!(f, "{units}")
+        }
+    }
+}
+
+/// [`Amount`] as a string.
 pub fn format_milli(resource: &str, milli: i64) -> String {
-    if milli == i64::MAX {
-        return "unlimited".to_string();
-    }
-    if milli % 1000 != 0 {
-        return format!("{milli}m");
-    }
-    let units = milli / 1000;
-    let bytes = resource == "memory"
-        || resource == "ephemeral-storage"
-        || resource.starts_with("hugepages-");
-    if bytes && units != 0 && units % TI == 0 {
-        format!("{}Ti", units / TI)
-    } else if bytes && units != 0 && units % GI == 0 {
-        format!("{}Gi", units / GI)
-    } else if bytes && units != 0 && units % MI == 0 {
-        format!("{}Mi", units / MI)
-    } else {
-        units.to_string()
-    }
+    Amount { resource, milli }.to_string()
 }
 
 #[cfg(test)]

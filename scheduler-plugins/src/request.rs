@@ -10,6 +10,7 @@ use lifeboat_api::policy::{
 
 use crate::quantity::to_milli;
 use crate::selector::{AffinityMatcher, ClusterField, NodeClaimMatcher, TolerationMatcher};
+use crate::snapshot::{api_key, well_known_column};
 
 /// A binding the scheduler cannot read; `field` is the path in the binding.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -38,6 +39,8 @@ pub struct RequestResource {
     pub name: String,
     /// A node that does not report this resource has no limit on it (only `pods`).
     pub optional: bool,
+    /// Its fixed column in every snapshot, for a well-known resource.
+    pub well_known: Option<usize>,
 }
 
 /// What one pod needs.
@@ -118,6 +121,8 @@ pub struct SchedulingRequest {
     /// The workload template.
     pub api_version: String,
     pub kind: String,
+    /// [`api_key`](crate::snapshot::api_key) of `api_version` and `kind`.
+    pub api_key: u64,
     pub namespace: String,
     pub name: String,
     pub uid: String,
@@ -204,6 +209,7 @@ impl SchedulingRequest {
             .map(|n| RequestResource {
                 name: n.to_string(),
                 optional: *n == PODS_RESOURCE,
+                well_known: well_known_column(n),
             })
             .collect();
         let per_replica = main.layout(&resources);
@@ -273,6 +279,7 @@ impl SchedulingRequest {
         Ok(SchedulingRequest {
             api_version: spec.resource.api_version.clone(),
             kind: spec.resource.kind.clone(),
+            api_key: api_key(&spec.resource.api_version, &spec.resource.kind),
             namespace: spec.resource.namespace.clone(),
             name: spec.resource.name.clone(),
             uid: spec.resource.uid.clone(),

@@ -2,7 +2,6 @@
 //! constraints, assign replicas.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -10,14 +9,14 @@ use lifeboat_api::binding::{ClusterRejection, TargetCluster};
 
 use crate::assign::{self, Member, NotEnough};
 use crate::config::SchedulerConfig;
-use crate::fit::Scratch;
+use crate::fit::FitEstimate;
 use crate::plugins::{
     Candidate, FILTER_PLUGINS, FilterPlugin, Rejection, SCORE_PLUGINS, ScorePlugin, filter_plugin,
     score_plugin, untolerated_no_execute,
 };
 use crate::request::{ReplicaMode, SchedulingRequest};
 use crate::select::{self, Choice, SelectFailure};
-use crate::snapshot::ClusterSnapshot;
+use crate::snapshot::{ClusterSnapshot, Snapshot};
 
 /// The name under which the scheduler itself turns down clusters it cannot use at all
 /// (being deleted, unreadable status); not a plugin, cannot be disabled.
@@ -34,8 +33,16 @@ pub struct ScheduleResult {
     pub clusters: Vec<TargetCluster>,
     /// Every feasible cluster's weighted score, best first (ties by name).
     pub scores: Vec<ClusterScore>,
-    /// The clusters filtered out, and why (sorted by cluster name).
-    pub rejections: Vec<ClusterRejection>,
+    /// The clusters filtered out and the plugin that did it, by cluster name; the reason in
+    /// words is built on demand by [`Scheduler::explain`].
+    pub filtered: Vec<FilteredCluster>,
+}
+
+/// A cluster a filter turned down in a successful decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilteredCluster {
+    pub cluster: Arc<str>,
+    pub plugin: &'static str,
 }
 
 /// A feasible cluster's total score (sum of score × weight over the score plugins).
@@ -103,9 +110,9 @@ impl Scheduler {
     pub fn schedule(
         &self,
         request: &SchedulingRequest,
-        clusters: &[ClusterSnapshot],
+        snapshot: &Snapshot,
     ) -> Result<ScheduleResult, FitError> {
-        let scratch = RefCell::new(Scratch::default());
+        let clusters = snapshot.clusters();
         let needs_room = !request.gang
             && request.replicas > 0
             && matches!(
@@ -113,17 +120,25 @@ impl Scheduler {
                 ReplicaMode::DynamicWeights | ReplicaMode::Aggregated
             );
         let mut feasible: Vec<Feasible<'_>> = Vec::with_capacity(clusters.len());
-        let mut rejected: Vec<(&ClusterSnapshot, &'static str, Rejection)> = Vec::new();
+        let mut filtered: Vec<Filtered<'_>> = Vec::new();
 
-        'clusters: for cluster in clusters {
-            if let Some(rejection) = status_rejection(cluster) {
-                rejected.push((cluster, CLUSTER_STATUS, rejection));
+        'clusters: for (position, cluster) in clusters.iter().enumerate() {
+            if status_rejection(cluster).is_some() {
+                filtered.push(Filtered {
+                    cluster,
+                    filter: None,
+                    fit: None,
+                });
                 continue;
             }
-            let candidate = Candidate::new(request, cluster, &scratch);
-            for filter in &self.filters {
-                if let Err(rejection) = filter.filter(request, &candidate) {
-                    rejected.push((cluster, filter.name(), rejection));
+            let candidate = Candidate::new(request, cluster);
+            for (i, filter) in self.filters.iter().enumerate() {
+                if !filter.passes(request, &candidate) {
+                    filtered.push(Filtered {
+                        cluster,
+                        filter: Some(i),
+                        fit: candidate.fit_if_known(),
+                    });
                     continue 'clusters;
                 }
             }
@@ -134,6 +149,8 @@ impl Scheduler {
                 .sum();
             feasible.push(Feasible {
                 cluster,
+                position,
+                rank: 0,
                 score,
                 available: if needs_room {
                     candidate.fit().available_replicas
@@ -147,24 +164,28 @@ impl Scheduler {
         }
 
         if feasible.is_empty() {
+            let rejected = self.reasons(request, &filtered);
             return Err(fit_error(clusters.len(), rejected, Vec::new()));
         }
-        feasible.sort_by(|a, b| {
-            b.score
-                .cmp(&a.score)
-                .then_with(|| a.cluster.name.cmp(&b.cluster.name))
-        });
+        // Best first; the snapshot is sorted by name, so positions break ties by name.
+        feasible.sort_unstable_by(|a, b| b.score.cmp(&a.score).then(a.position.cmp(&b.position)));
+        for (rank, f) in feasible.iter_mut().enumerate() {
+            f.rank = rank;
+        }
 
         let assigned = if request.gang {
             Ok(assign_gang(request, &feasible))
         } else {
             assign_replicas(request, &feasible)
         };
-        let mut targets = match assigned {
+        let targets = match assigned {
             Ok(targets) => targets,
-            Err(turned_down) => return Err(fit_error(clusters.len(), rejected, turned_down)),
+            Err(turned_down) => {
+                let rejected = self.reasons(request, &filtered);
+                return Err(fit_error(clusters.len(), rejected, turned_down));
+            }
         };
-        targets.sort_by(|a, b| a.name.cmp(&b.name));
+        // Assignments come in name order already, except a gang's single target.
         Ok(ScheduleResult {
             clusters: targets,
             scores: feasible
@@ -174,14 +195,101 @@ impl Scheduler {
                     score: f.score,
                 })
                 .collect(),
-            rejections: to_api(rejected),
+            filtered: filtered
+                .iter()
+                .map(|f| FilteredCluster {
+                    cluster: f.cluster.name.clone(),
+                    plugin: f.filter.map_or(CLUSTER_STATUS, |i| self.filters[i].name()),
+                })
+                .collect(),
         })
     }
+
+    /// Why the filters turn this cluster down for this request (`None`: it passes them all).
+    pub fn explain(
+        &self,
+        request: &SchedulingRequest,
+        cluster: &ClusterSnapshot,
+    ) -> Option<ClusterRejection> {
+        let (plugin, rejection) = self.rejection(request, cluster)?;
+        Some(ClusterRejection {
+            cluster_name: cluster.name.to_string(),
+            plugin: plugin.to_string(),
+            reason: rejection.reason,
+        })
+    }
+
+    fn rejection(
+        &self,
+        request: &SchedulingRequest,
+        cluster: &ClusterSnapshot,
+    ) -> Option<(&'static str, Rejection)> {
+        if let Some(rejection) = status_rejection(cluster) {
+            return Some((CLUSTER_STATUS, rejection));
+        }
+        let candidate = Candidate::new(request, cluster);
+        self.filters.iter().find_map(|filter| {
+            filter
+                .filter(request, &candidate)
+                .err()
+                .map(|rejection| (filter.name(), rejection))
+        })
+    }
+
+    /// The reasons of the clusters turned down in a failed decision: the filter that turned
+    /// each down says why (reusing the fit computed for the decision).
+    fn reasons<'a>(
+        &self,
+        request: &SchedulingRequest,
+        filtered: &[Filtered<'a>],
+    ) -> TurnedDown<'a> {
+        filtered
+            .iter()
+            .map(|f| {
+                let explained = match f.filter {
+                    None => status_rejection(f.cluster).map(|r| (CLUSTER_STATUS, r)),
+                    Some(i) => {
+                        let filter = &self.filters[i];
+                        let candidate = Candidate::with_fit(request, f.cluster, f.fit);
+                        filter
+                            .filter(request, &candidate)
+                            .err()
+                            .map(|r| (filter.name(), r))
+                    }
+                };
+                let (plugin, rejection) = explained.unwrap_or_else(|| {
+                    // A plugin whose `passes` and `filter` disagree: still say who turned it down.
+                    let plugin = f.filter.map_or(CLUSTER_STATUS, |i| self.filters[i].name());
+                    (
+                        plugin,
+                        Rejection::new(
+                            format!("turned down by {plugin}"),
+                            Cow::Owned(format!("cluster(s) turned down by {plugin}")),
+                        ),
+                    )
+                });
+                (f.cluster, plugin, rejection)
+            })
+            .collect()
+    }
+}
+
+/// A cluster turned down during the filter pass.
+struct Filtered<'a> {
+    cluster: &'a ClusterSnapshot,
+    /// The filter's index; `None`: the cluster status check.
+    filter: Option<usize>,
+    /// The fit, when the decision computed it.
+    fit: Option<FitEstimate>,
 }
 
 /// A cluster that passed every filter.
 struct Feasible<'a> {
     cluster: &'a ClusterSnapshot,
+    /// Position in the snapshot (name order).
+    position: usize,
+    /// Position by score (0: best).
+    rank: usize,
     score: i64,
     available: i64,
     current: i32,
@@ -220,16 +328,21 @@ fn assign_gang(request: &SchedulingRequest, feasible: &[Feasible<'_>]) -> Vec<Ta
     }]
 }
 
-fn assign_replicas<'a>(
+fn assign_replicas<'f, 'a>(
     request: &SchedulingRequest,
-    feasible: &[Feasible<'a>],
+    feasible: &'f [Feasible<'a>],
 ) -> Result<Vec<TargetCluster>, TurnedDown<'a>> {
     let replicas = i64::from(request.replicas);
-    let members = |chosen: &[&Feasible<'a>]| -> Vec<Member<'a>> {
+    // Division and the result go in name order.
+    let by_name = |mut chosen: Vec<&'f Feasible<'a>>| {
+        chosen.sort_unstable_by_key(|f| f.position);
+        chosen
+    };
+    let members = |chosen: &[&Feasible<'a>]| -> Vec<Member> {
         chosen
             .iter()
             .map(|f| Member {
-                name: &f.cluster.name,
+                rank: f.rank,
                 available: f.available,
                 current: i64::from(f.current),
                 frozen: f.frozen,
@@ -253,7 +366,7 @@ fn assign_replicas<'a>(
     };
     match &request.replica_mode {
         ReplicaMode::Duplicated => {
-            let chosen = spread(request, feasible, None)?;
+            let chosen = by_name(spread(request, feasible, None)?);
             Ok(chosen
                 .iter()
                 .map(|f| TargetCluster {
@@ -264,7 +377,7 @@ fn assign_replicas<'a>(
         }
         ReplicaMode::StaticWeights(rules) => {
             // Static weights ignore spread constraints and capacity, as in Karmada.
-            let chosen: Vec<&Feasible<'a>> = feasible.iter().collect();
+            let chosen = by_name(feasible.iter().collect());
             let mut weights: Vec<i64> = chosen
                 .iter()
                 .map(|f| {
@@ -287,7 +400,7 @@ fn assign_replicas<'a>(
             )
         }
         ReplicaMode::DynamicWeights | ReplicaMode::Aggregated => {
-            let chosen = spread(request, feasible, Some(replicas))?;
+            let chosen = by_name(spread(request, feasible, Some(replicas))?);
             let m = members(&chosen);
             let result = if request.replica_mode == ReplicaMode::DynamicWeights {
                 assign::by_available_replicas(replicas, &m, request.fresh, request.tie_ascending)

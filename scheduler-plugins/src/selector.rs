@@ -191,34 +191,33 @@ pub struct AffinityMatcher {
 }
 
 /// Why a cluster does not match an affinity.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AffinityMismatch {
     NotInClusterNames,
     Excluded,
     Labels,
-    Field(ClusterField, Option<String>),
+    Field(ClusterField),
 }
 
-impl std::fmt::Display for AffinityMismatch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl AffinityMismatch {
+    /// The reason, for the cluster that did not match.
+    pub fn describe(self, cluster: &ClusterSnapshot) -> String {
         match self {
-            AffinityMismatch::NotInClusterNames => {
-                f.write_str("not in clusterAffinity.clusterNames")
-            }
-            AffinityMismatch::Excluded => f.write_str("listed in clusterAffinity.exclude"),
+            AffinityMismatch::NotInClusterNames => "not in clusterAffinity.clusterNames".into(),
+            AffinityMismatch::Excluded => "listed in clusterAffinity.exclude".into(),
             AffinityMismatch::Labels => {
-                f.write_str("cluster labels do not match clusterAffinity.labelSelector")
+                "cluster labels do not match clusterAffinity.labelSelector".into()
             }
-            AffinityMismatch::Field(field, Some(value)) => write!(
-                f,
-                "{} `{value}` does not match clusterAffinity.fieldSelector",
-                field.as_str()
-            ),
-            AffinityMismatch::Field(field, None) => write!(
-                f,
-                "no {} set, which clusterAffinity.fieldSelector needs",
-                field.as_str()
-            ),
+            AffinityMismatch::Field(field) => match field.of(cluster) {
+                Some(value) => format!(
+                    "{} `{value}` does not match clusterAffinity.fieldSelector",
+                    field.as_str()
+                ),
+                None => format!(
+                    "no {} set, which clusterAffinity.fieldSelector needs",
+                    field.as_str()
+                ),
+            },
         }
     }
 }
@@ -291,9 +290,8 @@ impl AffinityMatcher {
             return Err(AffinityMismatch::Labels);
         }
         for (field, requirement) in &self.fields {
-            let value = field.of(cluster);
-            if !requirement.matches(value) {
-                return Err(AffinityMismatch::Field(*field, value.map(str::to_string)));
+            if !requirement.matches(field.of(cluster)) {
+                return Err(AffinityMismatch::Field(*field));
             }
         }
         Ok(())

@@ -13,6 +13,75 @@ use crate::quantity::to_milli;
 /// Free amount of a resource a node group does not report at all (distinct from 0).
 pub(crate) const NOT_REPORTED: i64 = -1;
 
+/// Resources every snapshot has a column for, at these indices; other resources follow,
+/// sorted by name. Requests find these columns without comparing strings.
+pub const WELL_KNOWN_RESOURCES: [&str; 5] = [
+    "cpu",
+    "memory",
+    "nvidia.com/gpu",
+    "pods",
+    "ephemeral-storage",
+];
+
+/// The fixed column of a well-known resource.
+pub fn well_known_column(resource: &str) -> Option<usize> {
+    WELL_KNOWN_RESOURCES.iter().position(|r| *r == resource)
+}
+
+/// The key under which an API (`groupVersion`, `kind`) is indexed: FNV-1a, 64 bits.
+pub fn api_key(group_version: &str, kind: &str) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in group_version
+        .as_bytes()
+        .iter()
+        .chain(&[0u8])
+        .chain(kind.as_bytes())
+    {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+/// The APIs a cluster serves, indexed by [`api_key`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApiSet {
+    /// Keys, sorted; `apis[i]` has key `keys[i]`.
+    keys: Vec<u64>,
+    apis: Vec<(String, String)>,
+}
+
+impl ApiSet {
+    pub fn new(pairs: impl IntoIterator<Item = (String, String)>) -> ApiSet {
+        let mut keyed: Vec<(u64, (String, String))> = pairs
+            .into_iter()
+            .map(|(g, k)| (api_key(&g, &k), (g, k)))
+            .collect();
+        keyed.sort();
+        keyed.dedup();
+        let (keys, apis) = keyed.into_iter().unzip();
+        ApiSet { keys, apis }
+    }
+
+    /// Whether the set holds the API; `key` is its [`api_key`].
+    pub fn contains(&self, key: u64, group_version: &str, kind: &str) -> bool {
+        let start = self.keys.partition_point(|k| *k < key);
+        self.keys[start..]
+            .iter()
+            .zip(&self.apis[start..])
+            .take_while(|(k, _)| **k == key)
+            .any(|(_, (g, k))| g == group_version && k == kind)
+    }
+
+    pub fn len(&self) -> usize {
+        self.apis.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.apis.is_empty()
+    }
+}
+
 /// The taint effects that keep work off a cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaintEffect {
@@ -86,8 +155,8 @@ pub struct ClusterSnapshot {
     pub zone: Option<String>,
     /// `NoSchedule` and `NoExecute` taints only.
     pub taints: Vec<ClusterTaint>,
-    /// `(groupVersion, kind)` pairs, sorted; `None` while the agent has not reported any.
-    pub api_enablements: Option<Vec<(String, String)>>,
+    /// The `(groupVersion, kind)` pairs served; `None` while the agent has not reported any.
+    pub api_enablements: Option<ApiSet>,
     pub readiness: Readiness,
     /// The Cluster has a deletion timestamp.
     pub deleting: bool,
@@ -133,35 +202,34 @@ impl ClusterSnapshot {
         };
         let status = cluster.status.as_ref();
         let api_enablements = status.filter(|s| !s.api_enablements.is_empty()).map(|s| {
-            let mut pairs: Vec<(String, String)> = s
-                .api_enablements
-                .iter()
-                .flat_map(|e| {
-                    e.resources
-                        .iter()
-                        .map(|r| (e.group_version.clone(), r.kind.clone()))
-                })
-                .collect();
-            pairs.sort();
-            pairs.dedup();
-            pairs
+            ApiSet::new(s.api_enablements.iter().flat_map(|e| {
+                e.resources
+                    .iter()
+                    .map(|r| (e.group_version.clone(), r.kind.clone()))
+            }))
         });
 
-        // Resource columns: every name any node group or the summary reports.
+        // Resource columns: the well-known ones, then every other name any node group or the
+        // summary reports.
         let empty = ResourceList::new();
         let groups = status.map(|s| s.node_groups.as_slice()).unwrap_or_default();
         let summary = status.and_then(|s| s.resource_summary.as_ref());
         let allocatable_list = summary.map(|s| &s.allocatable).unwrap_or(&empty);
         let allocated_list = summary.map(|s| &s.allocated).unwrap_or(&empty);
-        let mut resources: Vec<String> = groups
+        let mut others: Vec<&String> = groups
             .iter()
             .flat_map(|g| g.free.keys())
             .chain(allocatable_list.keys())
             .chain(allocated_list.keys())
-            .cloned()
+            .filter(|r| well_known_column(r).is_none())
             .collect();
-        resources.sort();
-        resources.dedup();
+        others.sort();
+        others.dedup();
+        let resources: Vec<String> = WELL_KNOWN_RESOURCES
+            .iter()
+            .map(|r| r.to_string())
+            .chain(others.into_iter().cloned())
+            .collect();
 
         let mut node_groups = Vec::with_capacity(groups.len());
         let mut free_total = vec![0i64; resources.len()];
@@ -175,7 +243,7 @@ impl ClusterSnapshot {
             }
             let mut free = vec![NOT_REPORTED; resources.len()];
             for (resource, quantity) in &group.free {
-                let Ok(column) = resources.binary_search(resource) else {
+                let Some(column) = column_in(&resources, resource) else {
                     continue;
                 };
                 match to_milli(quantity) {
@@ -230,19 +298,13 @@ impl ClusterSnapshot {
 
     /// The column of a resource in this snapshot's vectors.
     pub fn column(&self, resource: &str) -> Option<usize> {
-        self.resources
-            .binary_search_by(|r| r.as_str().cmp(resource))
-            .ok()
+        column_in(&self.resources, resource)
     }
 
     /// Whether the cluster reports `kind` in `groupVersion` (`None`: nothing reported yet).
     pub fn serves(&self, group_version: &str, kind: &str) -> Option<bool> {
-        let pairs = self.api_enablements.as_ref()?;
-        Some(
-            pairs
-                .binary_search_by(|(g, k)| (g.as_str(), k.as_str()).cmp(&(group_version, kind)))
-                .is_ok(),
-        )
+        let apis = self.api_enablements.as_ref()?;
+        Some(apis.contains(api_key(group_version, kind), group_version, kind))
     }
 
     /// Whether any node group reported capacity.
@@ -261,6 +323,63 @@ impl ClusterSnapshot {
     }
 }
 
+/// Every cluster of one scheduling round, sorted by name (a name given twice keeps its first
+/// snapshot). Built once per round and shared by every decision of the round; positions in it
+/// stand for names in deterministic tie-breaks.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    clusters: Vec<ClusterSnapshot>,
+}
+
+impl Snapshot {
+    pub fn new(mut clusters: Vec<ClusterSnapshot>) -> Snapshot {
+        clusters.sort_by(|a, b| a.name.cmp(&b.name));
+        clusters.dedup_by(|later, earlier| later.name == earlier.name);
+        Snapshot { clusters }
+    }
+
+    /// Builds every cluster's snapshot.
+    pub fn from_clusters<'a>(clusters: impl IntoIterator<Item = &'a Cluster>) -> Snapshot {
+        Snapshot::new(
+            clusters
+                .into_iter()
+                .map(ClusterSnapshot::from_cluster)
+                .collect(),
+        )
+    }
+
+    /// The clusters, sorted by name.
+    pub fn clusters(&self) -> &[ClusterSnapshot] {
+        &self.clusters
+    }
+
+    pub fn get(&self, name: &str) -> Option<&ClusterSnapshot> {
+        self.clusters
+            .binary_search_by(|c| (*c.name).cmp(name))
+            .ok()
+            .map(|i| &self.clusters[i])
+    }
+
+    pub fn len(&self) -> usize {
+        self.clusters.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.clusters.is_empty()
+    }
+}
+
+/// The column of `resource` in `resources` (well-known first, then sorted names).
+fn column_in(resources: &[String], resource: &str) -> Option<usize> {
+    well_known_column(resource).or_else(|| {
+        let others = resources.get(WELL_KNOWN_RESOURCES.len()..)?;
+        others
+            .binary_search_by(|r| r.as_str().cmp(resource))
+            .ok()
+            .map(|i| i + WELL_KNOWN_RESOURCES.len())
+    })
+}
+
 fn summary_vector(
     field: &str,
     list: &ResourceList,
@@ -269,7 +388,7 @@ fn summary_vector(
 ) -> Vec<i64> {
     let mut out = vec![0i64; resources.len()];
     for (resource, quantity) in list {
-        let Ok(column) = resources.binary_search(resource) else {
+        let Some(column) = column_in(resources, resource) else {
             continue;
         };
         match to_milli(quantity) {
@@ -305,13 +424,29 @@ mod tests {
                 "resourceSummary": {"allocatable": {"cpu": "64", "nvidia.com/gpu": "16"},
                                     "allocated": {"cpu": "4"}},
                 "nodeGroups": [
-                    {"count": 2, "free": {"cpu": "30", "nvidia.com/gpu": "8"}, "capacityType": "spot"},
-                    {"count": 1, "free": {"cpu": "500m"}}
+                    {"count": 2, "free": {"cpu": "30", "nvidia.com/gpu": "8", "example.com/fpga": "1"},
+                     "capacityType": "spot"},
+                    {"count": 1, "free": {"cpu": "500m", "amd.com/gpu": "2"}}
                 ]
             }
         })));
         assert_eq!(snap.invalid, None);
-        assert_eq!(snap.resources, ["cpu", "nvidia.com/gpu"]);
+        assert_eq!(
+            snap.resources,
+            [
+                "cpu",
+                "memory",
+                "nvidia.com/gpu",
+                "pods",
+                "ephemeral-storage",
+                "amd.com/gpu",
+                "example.com/fpga"
+            ]
+        );
+        assert_eq!(snap.column("example.com/fpga"), Some(6));
+        assert_eq!(snap.column("amd.com/gpu"), Some(5));
+        assert_eq!(snap.column("example.com/other"), None);
+        assert_eq!(snap.node_groups[1].free_at(5), 2000);
         assert_eq!(snap.taints.len(), 1, "PreferNoSchedule does not filter");
         assert_eq!(snap.readiness, Readiness::Ready);
         assert_eq!(snap.serves("apps/v1", "Deployment"), Some(true));

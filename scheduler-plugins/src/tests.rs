@@ -7,7 +7,11 @@ use serde_json::json;
 
 use crate::plugins::testing::{cluster, deployment, now, request};
 use crate::snapshot::ClusterSnapshot;
-use crate::{Scheduler, SchedulerConfig, SchedulingRequest};
+use crate::{Scheduler, SchedulerConfig, SchedulingRequest, Snapshot};
+
+fn snapshot(clusters: impl Into<Vec<ClusterSnapshot>>) -> Snapshot {
+    Snapshot::new(clusters.into())
+}
 
 fn targets(pairs: &[(&str, i32)]) -> Vec<TargetCluster> {
     pairs
@@ -65,7 +69,7 @@ fn appwrapper(extra: serde_json::Value) -> SchedulingRequest {
 fn an_appwrapper_lands_where_its_gpus_fit_per_node() {
     // too-small: 16 nodes × 4 GPUs = 64 GPUs in sum, but the pods need 8 on one node.
     // tainted: big enough, but unreachable. good: 4 nodes × 8 GPUs.
-    let clusters = [
+    let clusters = snapshot([
         gpu_cluster("too-small", json!({}), 16, 4),
         gpu_cluster(
             "tainted",
@@ -74,21 +78,39 @@ fn an_appwrapper_lands_where_its_gpus_fit_per_node() {
             8,
         ),
         gpu_cluster("good", json!({}), 4, 8),
-    ];
+    ]);
     let result = Scheduler::default()
         .schedule(&appwrapper(json!({})), &clusters)
         .unwrap();
     assert_eq!(result.clusters, targets(&[("good", 1)]));
-    assert_eq!(result.rejections.len(), 2);
-    assert_eq!(result.rejections[0].cluster_name, "tainted");
-    assert_eq!(result.rejections[0].plugin, "TaintToleration");
-    assert_eq!(result.rejections[1].cluster_name, "too-small");
-    assert_eq!(result.rejections[1].plugin, "GangFit");
+    let filtered: Vec<(&str, &str)> = result
+        .filtered
+        .iter()
+        .map(|f| (&*f.cluster, f.plugin))
+        .collect();
+    assert_eq!(
+        filtered,
+        [("tainted", "TaintToleration"), ("too-small", "GangFit")]
+    );
+    // The reason in words, on demand.
+    let why = Scheduler::default()
+        .explain(&appwrapper(json!({})), clusters.get("too-small").unwrap())
+        .unwrap();
+    assert_eq!(why.plugin, "GangFit");
+    assert!(
+        why.reason.starts_with("0 of 1 pod(s) of master"),
+        "{}",
+        why.reason
+    );
+    assert_eq!(
+        Scheduler::default().explain(&appwrapper(json!({})), clusters.get("good").unwrap()),
+        None
+    );
 }
 
 #[test]
 fn nothing_fits_gives_a_reason_per_cluster_and_a_karmada_summary() {
-    let clusters = [
+    let clusters = snapshot([
         gpu_cluster("a-small", json!({}), 16, 4),
         gpu_cluster("b-small", json!({}), 2, 8),
         gpu_cluster(
@@ -97,7 +119,7 @@ fn nothing_fits_gives_a_reason_per_cluster_and_a_karmada_summary() {
             8,
             8,
         ),
-    ];
+    ]);
     let err = Scheduler::default()
         .schedule(&appwrapper(json!({})), &clusters)
         .unwrap_err();
@@ -138,10 +160,10 @@ fn nothing_fits_gives_a_reason_per_cluster_and_a_karmada_summary() {
 
 #[test]
 fn a_running_gang_stays_where_it_is() {
-    let clusters = [
+    let clusters = snapshot([
         gpu_cluster("big", json!({}), 40, 8),
         gpu_cluster("home", json!({}), 4, 8),
-    ];
+    ]);
     // Without a placement the emptier cluster wins on AvailableCapacity.
     let fresh = appwrapper(json!({}));
     let result = Scheduler::default().schedule(&fresh, &clusters).unwrap();
@@ -161,11 +183,11 @@ fn a_running_gang_stays_where_it_is() {
 
 #[test]
 fn ties_are_broken_by_name() {
-    let clusters = [
+    let clusters = snapshot([
         gpu_cluster("m3", json!({}), 4, 8),
         gpu_cluster("m1", json!({}), 4, 8),
         gpu_cluster("m2", json!({}), 4, 8),
-    ];
+    ]);
     let result = Scheduler::default()
         .schedule(&appwrapper(json!({})), &clusters)
         .unwrap();
@@ -176,17 +198,17 @@ fn ties_are_broken_by_name() {
 
 #[test]
 fn eviction_history_blocks_until_its_expiry() {
-    let clusters = [
+    let clusters = snapshot([
         gpu_cluster("m1", json!({}), 40, 8),
         gpu_cluster("m2", json!({}), 4, 8),
-    ];
+    ]);
     let mut r = appwrapper(
         json!({"evictionHistory": [{"clusterName": "m1", "reason": "ApplicationFailure",
         "evictedAt": "2026-11-23T09:55:00Z", "expiresAt": "2026-11-23T10:05:00Z"}]}),
     );
     let result = Scheduler::default().schedule(&r, &clusters).unwrap();
     assert_eq!(result.clusters, targets(&[("m2", 1)]));
-    assert_eq!(result.rejections[0].plugin, "ClusterEviction");
+    assert_eq!(result.filtered[0].plugin, "ClusterEviction");
     r.now = "2026-11-23T10:06:00Z".parse().unwrap();
     let result = Scheduler::default().schedule(&r, &clusters).unwrap();
     assert_eq!(result.clusters, targets(&[("m1", 1)]));
@@ -206,7 +228,7 @@ fn capacity_type_preference_picks_the_spot_cluster() {
         json!({"nodeGroups": [
         {"count": 4, "free": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}, "capacityType": "on-demand"}]}),
     );
-    let clusters = [on_demand, spot];
+    let clusters = snapshot([on_demand, spot]);
     let mut r = appwrapper(json!({}));
     r.capacity_preference = Some(CapacityType::OnDemand);
     assert_eq!(
@@ -246,6 +268,7 @@ fn duplicated_with_region_affinity_and_tolerations() {
         json!({"region": "eu", "taints": [{"key": "dedicated", "value": "ml", "effect": "NoSchedule"}]}),
         json!({}),
     ));
+    let clusters = snapshot(clusters);
     let r = deployment(json!({"replicas": 3, "placement": {
         "clusterAffinity": {"fieldSelector": {"matchExpressions": [
             {"key": "region", "operator": "In", "values": ["eu"]}]}}}}));
@@ -267,7 +290,9 @@ fn spread_by_region() {
     let r = deployment(json!({"placement": {"spreadConstraints": [
         {"spreadByField": "cluster", "maxGroups": 3, "minGroups": 3},
         {"spreadByField": "region", "maxGroups": 3, "minGroups": 3}]}}));
-    let result = Scheduler::default().schedule(&r, &three_regions()).unwrap();
+    let result = Scheduler::default()
+        .schedule(&r, &snapshot(three_regions()))
+        .unwrap();
     // One cluster in each of the three regions; eu-1 before eu-2 by name.
     assert_eq!(
         result.clusters,
@@ -278,7 +303,7 @@ fn spread_by_region() {
         {"spreadByField": "cluster", "minGroups": 1},
         {"spreadByField": "region", "minGroups": 4}]}}));
     let err = Scheduler::default()
-        .schedule(&four, &three_regions())
+        .schedule(&four, &snapshot(three_regions()))
         .unwrap_err();
     assert_eq!(err.rejections.len(), 4);
     assert!(
@@ -294,14 +319,16 @@ fn spread_by_region() {
     // Clusters without a region cannot be spread by region.
     let mut clusters = three_regions();
     clusters.push(cluster("nowhere", json!({}), json!({})));
-    let result = Scheduler::default().schedule(&r, &clusters).unwrap();
-    assert_eq!(result.rejections[0].plugin, "SpreadConstraint");
+    let result = Scheduler::default()
+        .schedule(&r, &snapshot(clusters))
+        .unwrap();
+    assert_eq!(result.filtered[0].plugin, "SpreadConstraint");
     assert_eq!(result.clusters.len(), 3);
 }
 
 #[test]
 fn divided_static_weights_over_three_clusters() {
-    let clusters = three_regions();
+    let clusters = snapshot(three_regions());
     let r = deployment(json!({"replicas": 12, "placement": {
         "clusterAffinity": {"clusterNames": ["eu-1", "us-1", "ap-1"]},
         "replicaScheduling": {"replicaSchedulingType": "Divided", "replicaDivisionPreference": "Weighted",
@@ -335,11 +362,11 @@ fn divided_static_weights_over_three_clusters() {
 fn divided_by_available_replicas_node_by_node() {
     // Replicas of 3 CPUs: 2 nodes of 8 CPUs hold 4 (not 5, as the 16 CPU sum would suggest);
     // 1 node of 4 CPUs holds 1; 3 nodes of 6 CPUs hold 6.
-    let clusters = [
+    let clusters = snapshot([
         cpu_cluster("m1", 2, 8),
         cpu_cluster("m2", 1, 4),
         cpu_cluster("m3", 3, 6),
-    ];
+    ]);
     let dynamic = |replicas: i32, clusters_now: serde_json::Value| {
         deployment(json!({"replicas": replicas, "clusters": clusters_now,
             "replicaRequirements": {"resourceRequest": {"cpu": "3"}},
@@ -377,7 +404,7 @@ fn divided_by_available_replicas_node_by_node() {
 
 #[test]
 fn aggregated_uses_the_fewest_clusters() {
-    let clusters = [cpu_cluster("m1", 2, 8), cpu_cluster("m2", 10, 8)];
+    let clusters = snapshot([cpu_cluster("m1", 2, 8), cpu_cluster("m2", 10, 8)]);
     let r = deployment(json!({"replicas": 6, "placement": {"replicaScheduling": {
         "replicaSchedulingType": "Divided", "replicaDivisionPreference": "Aggregated"}}}));
     let result = Scheduler::default().schedule(&r, &clusters).unwrap();
@@ -386,14 +413,14 @@ fn aggregated_uses_the_fewest_clusters() {
 
 #[test]
 fn a_no_execute_tainted_cluster_keeps_but_does_not_grow() {
-    let clusters = [
+    let clusters = snapshot([
         cluster(
             "m1",
             json!({"taints": [{"key": "cluster.lifeboat.dev/unreachable", "effect": "NoExecute"}]}),
             json!({}),
         ),
         cluster("m2", json!({}), json!({})),
-    ];
+    ]);
     let r = deployment(
         json!({"replicas": 8, "clusters": [{"name": "m1", "replicas": 2}, {"name": "m2", "replicas": 2}],
         "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided"}}}),
@@ -410,7 +437,7 @@ fn unreadable_and_deleted_clusters_are_turned_down_with_the_reason() {
         json!({"nodeGroups": [{"count": 1, "free": {"cpu": "many"}}]}),
     );
     let err = Scheduler::default()
-        .schedule(&deployment(json!({})), &[bad])
+        .schedule(&deployment(json!({})), &snapshot([bad]))
         .unwrap_err();
     assert_eq!(err.rejections[0].plugin, "ClusterStatus");
     assert!(
@@ -421,7 +448,7 @@ fn unreadable_and_deleted_clusters_are_turned_down_with_the_reason() {
         err.rejections[0].reason
     );
     let err = Scheduler::default()
-        .schedule(&deployment(json!({})), &[])
+        .schedule(&deployment(json!({})), &snapshot(Vec::new()))
         .unwrap_err();
     assert_eq!(
         err.summary,
@@ -431,7 +458,7 @@ fn unreadable_and_deleted_clusters_are_turned_down_with_the_reason() {
 
 #[test]
 fn disabled_filters_do_not_run() {
-    let clusters = [gpu_cluster("small", json!({}), 16, 4)];
+    let clusters = snapshot([gpu_cluster("small", json!({}), 16, 4)]);
     let r = appwrapper(json!({}));
     assert!(Scheduler::default().schedule(&r, &clusters).is_err());
     let without = Scheduler::new(&SchedulerConfig::from_flags("*,-GangFit", "").unwrap());
@@ -454,7 +481,7 @@ fn score_weights_change_the_choice() {
         json!({"nodeGroups": [
         {"count": 4, "free": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}, "capacityType": "spot"}]}),
     );
-    let clusters = [big, spot];
+    let clusters = snapshot([big, spot]);
     let mut r = appwrapper(json!({}));
     r.capacity_preference = Some(CapacityType::Spot);
     let capacity =
@@ -475,4 +502,76 @@ fn requests_read_from_bindings_keep_now() {
     let r = appwrapper(json!({}));
     assert_eq!(r.now, now());
     assert!(r.gang);
+}
+
+#[test]
+fn the_snapshot_is_sorted_by_name_and_names_are_unique() {
+    let s = snapshot([
+        cpu_cluster("b", 1, 1),
+        cpu_cluster("a", 1, 1),
+        cpu_cluster("b", 9, 9),
+    ]);
+    let names: Vec<&str> = s.clusters().iter().map(|c| &*c.name).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(
+        s.get("b").unwrap().node_groups[0].count,
+        1,
+        "the first one is kept"
+    );
+    assert!(s.get("c").is_none());
+}
+
+#[test]
+fn every_filter_says_the_same_with_and_without_a_reason() {
+    // Each in-tree filter's quick verdict (`passes`) must equal its full one (`filter`).
+    let clusters = [
+        gpu_cluster("gpu", json!({"region": "eu", "zone": "eu-1"}), 4, 8),
+        gpu_cluster("small", json!({"region": "us"}), 8, 4),
+        cluster(
+            "tainted",
+            json!({"taints": [{"key": "cluster.lifeboat.dev/unreachable", "effect": "NoExecute"}]}),
+            json!({}),
+        ),
+        cluster(
+            "silent",
+            json!({}),
+            json!({"apiEnablements": [], "nodeGroups": []}),
+        ),
+        cpu_cluster("cpu", 3, 16),
+    ];
+    let requests = [
+        appwrapper(json!({})),
+        appwrapper(json!({"clusters": [{"name": "tainted", "replicas": 1}],
+            "gracefulEvictionTasks": [{"fromCluster": "gpu", "reason": "ApplicationFailure", "producer": "hub"}],
+            "evictionHistory": [{"clusterName": "small", "reason": "ApplicationFailure",
+                "evictedAt": "2026-11-23T09:00:00Z"}]})),
+        deployment(json!({"placement": {
+            "clusterAffinity": {"fieldSelector": {"matchExpressions": [
+                {"key": "region", "operator": "NotIn", "values": ["us"]}]}},
+            "spreadConstraints": [{"spreadByField": "cluster"}, {"spreadByField": "zone"}]}})),
+        deployment(
+            json!({"resource": {"apiVersion": "batch/v1", "kind": "Job", "name": "j"},
+            "replicaRequirements": {"resourceRequest": {"cpu": "20"}},
+            "placement": {"clusterTolerations": [{"operator": "Exists"}]}}),
+        ),
+    ];
+    let scheduler = Scheduler::default();
+    let mut rejected = 0;
+    for request in &requests {
+        for cluster in &clusters {
+            for name in crate::plugins::FILTER_PLUGINS {
+                let plugin = crate::plugins::filter_plugin(name).unwrap();
+                let verdict =
+                    crate::plugins::testing::run_filter(plugin.as_ref(), request, cluster);
+                rejected += usize::from(verdict.is_err());
+            }
+            // `explain` finds a reason exactly when some filter turns the cluster down.
+            let any = crate::plugins::FILTER_PLUGINS.iter().any(|name| {
+                let plugin = crate::plugins::filter_plugin(name).unwrap();
+                crate::plugins::testing::run_filter(plugin.as_ref(), request, cluster).is_err()
+            });
+            assert_eq!(scheduler.explain(request, cluster).is_some(), any);
+        }
+    }
+    assert!(rejected > 10, "the grid exercises rejections ({rejected})");
 }

@@ -6,6 +6,11 @@ use crate::request::SchedulingRequest;
 
 pub struct ApiEnablement;
 
+fn serves(request: &SchedulingRequest, candidate: &Candidate<'_>) -> Option<bool> {
+    let apis = candidate.cluster.api_enablements.as_ref()?;
+    Some(apis.contains(request.api_key, &request.api_version, &request.kind))
+}
+
 impl ApiEnablement {
     pub const NAME: &'static str = "APIEnablement";
 }
@@ -37,6 +42,10 @@ impl FilterPlugin for ApiEnablement {
                 "cluster(s) had not reported API enablements yet",
             )),
         }
+    }
+
+    fn passes(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        candidate.is_current() || serves(request, candidate) == Some(true)
     }
 }
 

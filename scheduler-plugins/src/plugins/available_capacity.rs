@@ -16,8 +16,8 @@ impl ScorePlugin for AvailableCapacity {
         Self::NAME
     }
 
-    fn score(&self, _request: &SchedulingRequest, candidate: &Candidate<'_>) -> i64 {
-        candidate.fit().headroom
+    fn score(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> i64 {
+        crate::fit::headroom(request, candidate.cluster)
     }
 }
 

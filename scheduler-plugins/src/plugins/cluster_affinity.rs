@@ -25,10 +25,17 @@ impl FilterPlugin for ClusterAffinity {
         };
         affinity.check(candidate.cluster).map_err(|mismatch| {
             Rejection::new(
-                mismatch.to_string(),
+                mismatch.describe(candidate.cluster),
                 "cluster(s) did not match the placement cluster affinity constraint",
             )
         })
+    }
+
+    fn passes(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        request
+            .affinity
+            .as_ref()
+            .is_none_or(|a| a.matches(candidate.cluster))
     }
 }
 

@@ -8,6 +8,16 @@ use crate::request::SchedulingRequest;
 
 pub struct ClusterEviction;
 
+fn blocking<'r>(
+    request: &'r SchedulingRequest,
+    name: &'r str,
+) -> impl Iterator<Item = &'r crate::request::EvictionBlock> + 'r {
+    request
+        .eviction_history
+        .iter()
+        .filter(move |e| e.cluster == name && e.expires_at.is_none_or(|t| t > request.now))
+}
+
 impl ClusterEviction {
     pub const NAME: &'static str = "ClusterEviction";
 }
@@ -33,10 +43,7 @@ impl FilterPlugin for ClusterEviction {
             ));
         }
         // The entry that blocks longest decides the reason.
-        let mut blocking = request
-            .eviction_history
-            .iter()
-            .filter(|e| e.cluster == name && e.expires_at.is_none_or(|t| t > request.now));
+        let mut blocking = blocking(request, name);
         let Some(first) = blocking.next() else {
             return Ok(());
         };
@@ -62,6 +69,12 @@ impl FilterPlugin for ClusterEviction {
             ),
             "cluster(s) had this workload evicted recently",
         ))
+    }
+
+    fn passes(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        let name: &str = &candidate.cluster.name;
+        !request.eviction_tasks.iter().any(|t| t.cluster == name)
+            && blocking(request, name).next().is_none()
     }
 }
 

@@ -4,7 +4,7 @@
 //! cluster's sum.
 
 use super::{Candidate, FilterPlugin, Rejection};
-use crate::fit::FitFailure;
+use crate::fit::{FitFailure, explain};
 use crate::request::SchedulingRequest;
 
 pub struct GangFit;
@@ -23,14 +23,14 @@ impl FilterPlugin for GangFit {
         request: &SchedulingRequest,
         candidate: &Candidate<'_>,
     ) -> Result<(), Rejection> {
-        match &candidate.fit().outcome {
+        match candidate.fit().outcome {
             Ok(()) => Ok(()),
             Err(failure @ FitFailure::NoCapacityReported) => Err(Rejection::new(
-                failure.to_string(),
+                explain(request, candidate.cluster, failure),
                 "cluster(s) had not reported node capacity yet",
             )),
             Err(failure) => Err(Rejection::new(
-                failure.to_string(),
+                explain(request, candidate.cluster, failure),
                 if request.gang {
                     "cluster(s) had no nodes to fit every pod of the gang"
                 } else {
@@ -38,6 +38,10 @@ impl FilterPlugin for GangFit {
                 },
             )),
         }
+    }
+
+    fn passes(&self, _request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        candidate.fit().outcome.is_ok()
     }
 }
 

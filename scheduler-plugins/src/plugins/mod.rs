@@ -51,6 +51,11 @@ impl Rejection {
     }
 }
 
+thread_local! {
+    /// Packing buffers, reused by every decision made on this thread.
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
 /// A cluster being considered for one request.
 pub struct Candidate<'a> {
     pub cluster: &'a ClusterSnapshot,
@@ -58,22 +63,34 @@ pub struct Candidate<'a> {
     /// Replicas in `spec.clusters`, when the cluster is there.
     current: Option<i32>,
     fit: OnceCell<FitEstimate>,
-    scratch: &'a RefCell<Scratch>,
 }
 
 impl<'a> Candidate<'a> {
-    pub(crate) fn new(
-        request: &'a SchedulingRequest,
-        cluster: &'a ClusterSnapshot,
-        scratch: &'a RefCell<Scratch>,
-    ) -> Candidate<'a> {
+    pub fn new(request: &'a SchedulingRequest, cluster: &'a ClusterSnapshot) -> Candidate<'a> {
         Candidate {
             cluster,
             request,
             current: request.current_replicas(&cluster.name),
             fit: OnceCell::new(),
-            scratch,
         }
+    }
+
+    /// A candidate whose fit was already computed (explaining a rejection after the fact).
+    pub(crate) fn with_fit(
+        request: &'a SchedulingRequest,
+        cluster: &'a ClusterSnapshot,
+        fit: Option<FitEstimate>,
+    ) -> Candidate<'a> {
+        let candidate = Candidate::new(request, cluster);
+        if let Some(fit) = fit {
+            let _ = candidate.fit.set(fit);
+        }
+        candidate
+    }
+
+    /// The fit, if it has been computed.
+    pub(crate) fn fit_if_known(&self) -> Option<FitEstimate> {
+        self.fit.get().copied()
     }
 
     /// Whether the cluster is in the binding's `spec.clusters`.
@@ -89,8 +106,9 @@ impl<'a> Candidate<'a> {
     /// Fitting the request into this cluster, node by node (computed on first use).
     pub fn fit(&self) -> &FitEstimate {
         self.fit.get_or_init(|| {
-            let mut scratch = self.scratch.borrow_mut();
-            fit::estimate(self.request, self.cluster, &mut scratch)
+            SCRATCH.with(|scratch| {
+                fit::estimate(self.request, self.cluster, &mut scratch.borrow_mut())
+            })
         })
     }
 }
@@ -98,11 +116,22 @@ impl<'a> Candidate<'a> {
 /// A Filter plugin.
 pub trait FilterPlugin: Send + Sync {
     fn name(&self) -> &'static str;
+
+    /// Whether the cluster can take the workload, and if not, why.
     fn filter(
         &self,
         request: &SchedulingRequest,
         candidate: &Candidate<'_>,
     ) -> Result<(), Rejection>;
+
+    /// The same verdict as [`filter`](Self::filter) without building the reason: what the
+    /// scheduler calls for every cluster of every decision. Reasons are built only for the
+    /// clusters of a decision that fails, or when asked ([`Scheduler::explain`]).
+    ///
+    /// [`Scheduler::explain`]: crate::Scheduler::explain
+    fn passes(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        self.filter(request, candidate).is_ok()
+    }
 }
 
 /// A Score plugin: 0..=100, higher is better; the scheduler multiplies by the plugin's weight.
@@ -154,8 +183,6 @@ pub fn score_plugin(name: &str) -> Option<Box<dyn ScorePlugin>> {
 #[cfg(test)]
 pub(crate) mod testing {
     //! Clusters and bindings for plugin tests, from JSON as the hub reads them.
-
-    use std::cell::RefCell;
 
     use k8s_openapi::jiff::Timestamp;
     use lifeboat_api::binding::ResourceBinding;
@@ -221,13 +248,21 @@ pub(crate) mod testing {
         SchedulingRequest::from_binding(&rb, None, now()).unwrap()
     }
 
+    /// Runs `filter` and checks that `passes` agrees with it.
     pub fn run_filter(
         plugin: &dyn FilterPlugin,
         request: &SchedulingRequest,
         cluster: &ClusterSnapshot,
     ) -> Result<(), Rejection> {
-        let scratch = RefCell::new(Scratch::default());
-        plugin.filter(request, &Candidate::new(request, cluster, &scratch))
+        let verdict = plugin.filter(request, &Candidate::new(request, cluster));
+        assert_eq!(
+            plugin.passes(request, &Candidate::new(request, cluster)),
+            verdict.is_ok(),
+            "{}: passes() disagrees with filter() on {}: {verdict:?}",
+            plugin.name(),
+            cluster.name
+        );
+        verdict
     }
 
     pub fn run_score(
@@ -235,7 +270,6 @@ pub(crate) mod testing {
         request: &SchedulingRequest,
         cluster: &ClusterSnapshot,
     ) -> i64 {
-        let scratch = RefCell::new(Scratch::default());
-        plugin.score(request, &Candidate::new(request, cluster, &scratch))
+        plugin.score(request, &Candidate::new(request, cluster))
     }
 }

@@ -40,6 +40,14 @@ impl FilterPlugin for SpreadConstraint {
         }
         Ok(())
     }
+
+    fn passes(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        request
+            .spread
+            .required_fields
+            .iter()
+            .all(|f| f.of(candidate.cluster).is_some_and(|v| !v.is_empty()))
+    }
 }
 
 #[cfg(test)]

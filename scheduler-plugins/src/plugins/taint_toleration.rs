@@ -67,6 +67,10 @@ impl FilterPlugin for TaintToleration {
             )),
         }
     }
+
+    fn passes(&self, request: &SchedulingRequest, candidate: &Candidate<'_>) -> bool {
+        candidate.is_current() || untolerated(request, candidate.cluster).is_none()
+    }
 }
 
 #[cfg(test)]
