@@ -362,7 +362,7 @@ fn assign_replicas<'f, 'a>(
                     })
                     .collect::<Vec<_>>()
             })
-            .map_err(|short| not_enough(chosen, short))
+            .map_err(|short| not_enough(feasible, chosen, short))
     };
     match &request.replica_mode {
         ReplicaMode::Duplicated => {
@@ -463,14 +463,29 @@ fn selection_failed<'a>(feasible: &[Feasible<'a>], failure: &SelectFailure) -> T
         .collect()
 }
 
-fn not_enough<'a>(chosen: &[&Feasible<'a>], short: NotEnough) -> TurnedDown<'a> {
+/// Every feasible cluster's reason when the selected ones cannot run the replicas.
+fn not_enough<'a>(
+    feasible: &[Feasible<'a>],
+    chosen: &[&Feasible<'a>],
+    short: NotEnough,
+) -> TurnedDown<'a> {
     let summary = format!(
         "cluster(s) could together run only {} more of the {} replicas to place",
         short.available, short.needed
     );
-    chosen
+    feasible
         .iter()
         .map(|f| {
+            if !chosen.iter().any(|c| c.position == f.position) {
+                return (
+                    f.cluster,
+                    SPREAD_CONSTRAINT,
+                    Rejection::new(
+                        "feasible, but not among the clusters the spread constraints selected",
+                        "cluster(s) were feasible but not selected by the spread constraints",
+                    ),
+                );
+            }
             let reason = if f.frozen {
                 format!(
                     "has an untolerated NoExecute taint: keeps its {} replica(s), takes no more",

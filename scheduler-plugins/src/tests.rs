@@ -392,6 +392,22 @@ fn divided_by_available_replicas_node_by_node() {
         "can run 4 more replica(s); the 3 selected cluster(s) together can run 11 of the 12 to place"
     );
 
+    // Limited to the 2 best clusters by spread: the third is told why too.
+    let spread = deployment(json!({"replicas": 11,
+        "replicaRequirements": {"resourceRequest": {"cpu": "3"}},
+        "placement": {"spreadConstraints": [{"spreadByField": "cluster", "maxGroups": 2}],
+            "replicaScheduling": {"replicaSchedulingType": "Divided",
+                "weightPreference": {"dynamicWeight": "AvailableReplicas"}}}}));
+    let err = Scheduler::default()
+        .schedule(&spread, &clusters)
+        .unwrap_err();
+    assert_eq!(err.rejections.len(), 3);
+    let plugins: Vec<&str> = err.rejections.iter().map(|r| r.plugin.as_str()).collect();
+    assert_eq!(
+        plugins,
+        ["ReplicaScheduling", "SpreadConstraint", "ReplicaScheduling"]
+    );
+
     // Steady scale up: 5 running on m3 keep running there; the 2 new ones go by room.
     let result = Scheduler::default()
         .schedule(
