@@ -65,3 +65,4 @@ bench: k8s-bins
 	$(CARGO) run --release -q -p lifeboat-e2e --bin fleet-bench -- --runs 3
 	$(CARGO) bench -p lifeboat-interpreter
 	$(CARGO) bench -p lifeboat-agent
+	$(CARGO) bench -p lifeboat-scheduler --bench schedule
