@@ -387,6 +387,8 @@ async fn revoked_token_is_401(ctx: Arc<TestContext>) -> TestResult {
         hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
         "works before revocation",
     )?;
+    let (_, mut stream) = open_work(&hub.app, name, &token, None).await?;
+    stream.until_synced().await?;
     secrets(&hub)
         .delete(&credential_secret_name(name), &DeleteParams::default())
         .await?;
@@ -398,14 +400,23 @@ async fn revoked_token_is_401(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await?;
-    Ok(())
+    // The work stream opened before the revocation ends.
+    let end = stream.next(T).await?;
+    check(end.is_none(), format!("the open stream ended, got {end:?}"))
 }
 
 async fn re_registration_rotates_the_token(ctx: Arc<TestContext>) -> TestResult {
     let hub = hub(&ctx).await?;
     let name = "rotated-1";
     let old = hub.register(name).await?;
+    let (_, mut stream) = open_work(&hub.app, name, &old, None).await?;
+    stream.until_synced().await?;
     let new = hub.register(name).await?;
+    let end = stream.next(T).await?;
+    check(
+        end.is_none(),
+        format!("the stream of the old token ended, got {end:?}"),
+    )?;
     check(old != new, "a new token")?;
     // Registration answers once the new credential is live: no wait needed.
     hub.heartbeat(name, &old, None)

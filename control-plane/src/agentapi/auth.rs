@@ -273,6 +273,11 @@ impl CredentialIndex {
         self.read().by_hash.get(hash).cloned()
     }
 
+    /// A receiver that sees every change of the index.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
+    }
+
     /// Whether the first listing is in.
     pub fn is_ready(&self) -> bool {
         *self.ready.borrow()

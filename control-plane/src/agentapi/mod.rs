@@ -364,6 +364,8 @@ async fn only_the_leader(
 pub(crate) struct Caller {
     pub cluster: String,
     pub object: Arc<Cluster>,
+    /// The digest of the token the call came with.
+    pub token: TokenHash,
 }
 
 impl Shared {
@@ -387,15 +389,12 @@ impl Shared {
                 "the hub is still loading the cluster credentials".into(),
             ));
         }
-        let cluster = self
-            .credentials
-            .cluster_of(&TokenHash::of(token))
-            .ok_or_else(|| {
-                ApiError::Unauthorized(
-                    "the token is not a cluster credential the hub knows (unknown or revoked)"
-                        .into(),
-                )
-            })?;
+        let digest = TokenHash::of(token);
+        let cluster = self.credentials.cluster_of(&digest).ok_or_else(|| {
+            ApiError::Unauthorized(
+                "the token is not a cluster credential the hub knows (unknown or revoked)".into(),
+            )
+        })?;
         if cluster != path_cluster {
             return Err(ApiError::Forbidden(format!(
                 "the credential of cluster {cluster} cannot act for cluster {path_cluster}"
@@ -410,7 +409,11 @@ impl Shared {
                     "cluster {cluster} is not registered on the hub (its Cluster is gone)"
                 ))
             })?;
-        Ok(Caller { cluster, object })
+        Ok(Caller {
+            cluster,
+            object,
+            token: digest,
+        })
     }
 
     /// [`Shared::authenticate`], refusing a Cluster that is being deleted.

@@ -86,22 +86,32 @@ pub(crate) fn screen(
     screened
 }
 
+/// What is remembered of a forwarded item (the item itself goes to the processor).
+pub(crate) struct Mark {
+    key: WorkKey,
+    binding_uid: String,
+    observed_at: Time,
+}
+
+impl Mark {
+    pub fn of(item: &WorkStatus) -> Mark {
+        Mark {
+            key: item.key.clone(),
+            binding_uid: item.binding_uid.clone(),
+            observed_at: item.observed_at.clone(),
+        }
+    }
+}
+
 /// Records the items the processor took (those not in `rejected`).
-pub(crate) fn remember(
-    taken: &mut TakenReports,
-    forwarded: &[WorkStatus],
-    rejected: &[RejectedItem],
-) {
+pub(crate) fn remember(taken: &mut TakenReports, forwarded: Vec<Mark>, rejected: &[RejectedItem]) {
     let refused: HashSet<&WorkKey> = rejected.iter().map(|r| &r.key).collect();
-    for item in forwarded.iter().filter(|i| !refused.contains(&i.key)) {
+    for mark in forwarded.into_iter().filter(|m| !refused.contains(&m.key)) {
         let newer = taken
-            .get(&item.key)
-            .is_none_or(|(uid, last)| *uid != item.binding_uid || item.observed_at.0 > last.0);
+            .get(&mark.key)
+            .is_none_or(|(uid, last)| *uid != mark.binding_uid || mark.observed_at.0 > last.0);
         if newer {
-            taken.insert(
-                item.key.clone(),
-                (item.binding_uid.clone(), item.observed_at.clone()),
-            );
+            taken.insert(mark.key, (mark.binding_uid, mark.observed_at));
         }
     }
 }
@@ -140,12 +150,13 @@ pub(super) async fn status(
             rejected: screened.rejected,
         };
         if !screened.forward.is_empty() || full {
+            let marks: Vec<Mark> = screened.forward.iter().map(Mark::of).collect();
             let verdict = shared
                 .intake
                 .submit(StatusBatch {
                     cluster: caller.cluster.clone(),
                     report: StatusReport {
-                        items: screened.forward.clone(),
+                        items: screened.forward,
                         full,
                     },
                 })
@@ -156,7 +167,7 @@ pub(super) async fn status(
             {
                 let mut all = shared.last_taken.lock().unwrap_or_else(|e| e.into_inner());
                 let taken = all.entry(caller.cluster.clone()).or_default();
-                remember(taken, &screened.forward, &verdict.rejected);
+                remember(taken, marks, &verdict.rejected);
             }
             response.accepted += verdict.accepted;
             response.rejected.extend(verdict.rejected);
@@ -270,7 +281,7 @@ mod tests {
         // the processor refused b: it is not remembered, so a retry of b goes through again
         remember(
             &mut taken,
-            &first.forward,
+            first.forward.iter().map(Mark::of).collect(),
             &[RejectedItem {
                 key: key("b"),
                 reason: "x".into(),

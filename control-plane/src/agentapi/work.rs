@@ -17,7 +17,9 @@ use axum::response::{IntoResponse, Response};
 use lifeboat_api::protocol::{Cursor, WorkEvent};
 use tokio::sync::watch;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tracing::Instrument;
 
+use super::auth::{CredentialIndex, TokenHash};
 use super::metrics::OpenStream;
 use super::{ApiError, Shared};
 use crate::leadership::LeaderState;
@@ -77,6 +79,10 @@ pub fn frame(events: &[WorkEvent]) -> Bytes {
 struct WorkStream {
     cluster: String,
     work: Arc<WorkStore>,
+    /// The stream ends when the credential it was opened with is revoked or rotated.
+    credentials: Arc<CredentialIndex>,
+    token: TokenHash,
+    credential_changes: watch::Receiver<u64>,
     cursor: Option<Cursor>,
     revisions: watch::Receiver<i64>,
     leadership: watch::Receiver<LeaderState>,
@@ -86,7 +92,44 @@ struct WorkStream {
     _open: OpenStream,
 }
 
+/// Where a stream's wake-ups come from.
+struct Sources {
+    work: Arc<WorkStore>,
+    credentials: Arc<CredentialIndex>,
+    leadership: watch::Receiver<LeaderState>,
+    shutdown: watch::Receiver<bool>,
+    bookmark_interval: std::time::Duration,
+}
+
 impl WorkStream {
+    /// Subscribes to everything that wakes the stream (before its first catch-up, so no change
+    /// falls in between).
+    fn open(
+        cluster: String,
+        token: TokenHash,
+        cursor: Option<Cursor>,
+        sources: Sources,
+        open_streams: &prometheus::IntGauge,
+    ) -> WorkStream {
+        let period = sources.bookmark_interval;
+        let mut bookmarks = tokio::time::interval_at(Instant::now() + period, period);
+        bookmarks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        WorkStream {
+            revisions: sources.work.subscribe(&cluster),
+            credential_changes: sources.credentials.subscribe(),
+            cluster,
+            work: sources.work,
+            credentials: sources.credentials,
+            token,
+            cursor,
+            leadership: sources.leadership,
+            shutdown: sources.shutdown,
+            bookmarks,
+            started: false,
+            _open: OpenStream::new(open_streams),
+        }
+    }
+
     fn catch_up(&mut self, always: bool) -> Option<Bytes> {
         self.revisions.borrow_and_update();
         let changes = self.work.changes_since(&self.cluster, self.cursor.as_ref());
@@ -97,9 +140,17 @@ impl WorkStream {
         Some(frame(&lines))
     }
 
+    fn credential_is_live(&self) -> bool {
+        self.credentials.cluster_of(&self.token).as_deref() == Some(self.cluster.as_str())
+    }
+
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if !self.started {
             self.started = true;
+            // Revoked between authentication and the subscription above: nothing to send.
+            if !self.credential_is_live() {
+                return None;
+            }
             return self.catch_up(true);
         }
         loop {
@@ -109,6 +160,12 @@ impl WorkStream {
             tokio::select! {
                 changed = self.shutdown.changed() => if changed.is_err() { return None },
                 changed = self.leadership.changed() => if changed.is_err() { return None },
+                changed = self.credential_changes.changed() => {
+                    if changed.is_err() || !self.credential_is_live() {
+                        tracing::info!(cluster = %self.cluster, "credential revoked: closing the work stream");
+                        return None;
+                    }
+                }
                 changed = self.revisions.changed() => {
                     if changed.is_err() {
                         return None;
@@ -134,30 +191,31 @@ pub(super) async fn work(
     let Query(query) =
         query.map_err(|e| ApiError::BadRequest(format!("query: {}", e.body_text())))?;
     let cursor = parse_since(query.get("since").map(String::as_str))?;
-    // Subscribe before the first catch-up, so no change falls between the two.
-    let revisions = shared.work.subscribe(&caller.cluster);
-    let period = shared.config.bookmark_interval;
-    let mut bookmarks = tokio::time::interval_at(Instant::now() + period, period);
-    bookmarks.set_missed_tick_behavior(MissedTickBehavior::Delay);
     tracing::info!(
         cluster = %caller.cluster,
         since = %cursor.as_ref().map(|c| c.to_string()).unwrap_or_default(),
         "work stream opened"
     );
-    let stream = WorkStream {
-        cluster: caller.cluster,
-        work: shared.work.clone(),
+    let span = tracing::info_span!("work_stream", cluster = %caller.cluster);
+    let stream = WorkStream::open(
+        caller.cluster,
+        caller.token,
         cursor,
-        revisions,
-        leadership: shared.leadership.clone(),
-        shutdown: shared.shutdown.subscribe(),
-        bookmarks,
-        started: false,
-        _open: OpenStream::new(&shared.metrics.work_streams),
-    };
-    let body = futures::stream::unfold(stream, |mut stream| async move {
-        let chunk = stream.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), stream))
+        Sources {
+            work: shared.work.clone(),
+            credentials: shared.credentials.clone(),
+            leadership: shared.leadership.clone(),
+            shutdown: shared.shutdown.subscribe(),
+            bookmark_interval: shared.config.bookmark_interval,
+        },
+        &shared.metrics.work_streams,
+    );
+    let body = futures::stream::unfold(stream, move |mut stream| {
+        let span = span.clone();
+        async move {
+            let chunk = stream.next_chunk().instrument(span).await?;
+            Some((Ok::<_, Infallible>(chunk), stream))
+        }
     });
     let mut response = Body::from_stream(body).into_response();
     let headers = response.headers_mut();
@@ -264,20 +322,24 @@ mod tests {
         let (_shutdown_tx, shutdown) = watch::channel(false);
         let gauge = prometheus::IntGauge::new("g", "g").unwrap();
         let period = std::time::Duration::from_millis(50);
-        let mut stream = WorkStream {
-            cluster: "m1".into(),
-            work: store.clone(),
-            cursor: Some(Cursor {
+        let credentials = Arc::new(CredentialIndex::default());
+        credentials.apply(kube::runtime::watcher::Event::Apply(credential("m1", "t")));
+        let mut stream = WorkStream::open(
+            "m1".into(),
+            TokenHash::of("t"),
+            Some(Cursor {
                 epoch: "old-epoch".into(),
                 revision: 9,
             }),
-            revisions: store.subscribe("m1"),
-            leadership,
-            shutdown,
-            bookmarks: tokio::time::interval_at(Instant::now() + period, period),
-            started: false,
-            _open: OpenStream::new(&gauge),
-        };
+            Sources {
+                work: store.clone(),
+                credentials,
+                leadership,
+                shutdown,
+                bookmark_interval: period,
+            },
+            &gauge,
+        );
         assert_eq!(gauge.get(), 1);
         // another epoch: Reset
         let first = parse(&stream.next_chunk().await.unwrap());
@@ -301,5 +363,59 @@ mod tests {
         assert!(stream.next_chunk().await.is_none());
         drop(stream);
         assert_eq!(gauge.get(), 0);
+    }
+
+    fn credential(cluster: &str, token: &str) -> k8s_openapi::api::core::v1::Secret {
+        use super::super::auth::{CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, credential_secret_name};
+        k8s_openapi::api::core::v1::Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(credential_secret_name(cluster)),
+                labels: Some([(CLUSTER_NAME_LABEL.to_string(), cluster.to_string())].into()),
+                ..Default::default()
+            },
+            data: Some(
+                [(
+                    CREDENTIAL_HASH_KEY.to_string(),
+                    k8s_openapi::ByteString(TokenHash::of(token).to_hex().into_bytes()),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn the_stream_ends_when_its_credential_is_rotated() {
+        let store = Arc::new(WorkStore::new("e1"));
+        let (_leader_tx, leadership) = watch::channel(LeaderState::leader());
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let gauge = prometheus::IntGauge::new("g", "g").unwrap();
+        let credentials = Arc::new(CredentialIndex::default());
+        credentials.apply(kube::runtime::watcher::Event::Apply(credential(
+            "m1", "old",
+        )));
+        let mut stream = WorkStream::open(
+            "m1".into(),
+            TokenHash::of("old"),
+            None,
+            Sources {
+                work: store.clone(),
+                credentials: credentials.clone(),
+                leadership,
+                shutdown,
+                bookmark_interval: std::time::Duration::from_secs(60),
+            },
+            &gauge,
+        );
+        assert!(stream.next_chunk().await.is_some());
+        // another cluster's credential changing does not matter
+        credentials.apply(kube::runtime::watcher::Event::Apply(credential("m2", "x")));
+        store.upsert("m1", work("a"));
+        assert!(stream.next_chunk().await.is_some());
+        // re-registration rotates m1's token: the stream opened with the old one ends
+        credentials.apply(kube::runtime::watcher::Event::Apply(credential(
+            "m1", "new",
+        )));
+        assert!(stream.next_chunk().await.is_none());
     }
 }

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,8 +120,11 @@ pub struct Hub {
     pub api: AgentApi,
     pub app: Router,
     pub work: Arc<WorkStore>,
-    /// Every batch that reached the intake.
+    /// Every batch that reached the intake (while `record` is set).
     pub batches: Arc<Mutex<Vec<StatusBatch>>>,
+    pub record: Arc<AtomicBool>,
+    /// How many items the processor stand-in took.
+    pub taken: Arc<AtomicU64>,
     pub leader: watch::Sender<LeaderState>,
     pub registry: prometheus::Registry,
     pub client: kube::Client,
@@ -150,6 +154,19 @@ impl Hub {
         Self::with_work(client, namespace, work, bootstrap, configure).await
     }
 
+    /// [`Hub::start`] whose processor stand-in only counts what it takes (for the bench: no
+    /// memory grows with the batches).
+    pub async fn start_counting(
+        client: kube::Client,
+        namespace: &str,
+        configure: impl FnOnce(&mut AgentApiConfig),
+    ) -> Result<Hub, TestError> {
+        let hub = Self::start(client, namespace, "bench", configure).await?;
+        hub.record
+            .store(false, std::sync::atomic::Ordering::Relaxed);
+        Ok(hub)
+    }
+
     /// Another API on the same namespace (e.g. a new leader term with another work store).
     pub async fn with_work(
         client: kube::Client,
@@ -161,13 +178,19 @@ impl Hub {
         let (intake, mut receiver) = intake::channel(64);
         let batches = Arc::new(Mutex::new(Vec::new()));
         let recorded = batches.clone();
+        let record = Arc::new(AtomicBool::new(true));
+        let taken = Arc::new(AtomicU64::new(0));
+        let (recording, counter) = (record.clone(), taken.clone());
         tokio::spawn(async move {
             while let Some(submission) = receiver.recv().await {
                 let accepted = submission.batch.report.items.len();
-                recorded
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(submission.batch);
+                counter.fetch_add(accepted as u64, Ordering::Relaxed);
+                if recording.load(Ordering::Relaxed) {
+                    recorded
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(submission.batch);
+                }
                 let _ = submission.reply.send(StatusResponse {
                     accepted,
                     rejected: vec![],
@@ -197,6 +220,8 @@ impl Hub {
             app,
             work,
             batches,
+            record,
+            taken,
             leader,
             registry,
             client,
