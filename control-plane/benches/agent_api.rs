@@ -160,6 +160,21 @@ async fn agent(
     Ok(outcome)
 }
 
+/// CPU time of this process (client and server), from /proc (USER_HZ is 100 on Linux).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which is in parentheses and may contain spaces).
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -199,11 +214,13 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
     );
 
     let mut rates = Vec::new();
+    let mut per_cpu = Vec::new();
     let mut round = 0i64;
     // Run 0 warms up (connections, allocator) and is not counted.
     for run in 0..=args.runs {
         let seconds = if run == 0 { 2 } else { args.seconds };
         let before = hub.taken.load(Ordering::Relaxed);
+        let cpu_before = cpu_seconds();
         let started = Instant::now();
         let until = started + Duration::from_secs(seconds);
         let tasks: Vec<_> = agents
@@ -227,6 +244,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
             latencies.extend(outcome.latencies);
         }
         let elapsed = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu_before;
         round += 1_000_000;
         let taken = hub.taken.load(Ordering::Relaxed) - before;
         if taken != items {
@@ -238,20 +256,24 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
         let rate = items as f64 / elapsed;
         if run > 0 {
             rates.push(rate);
+            per_cpu.push(items as f64 / cpu.max(f64::EPSILON));
             println!(
-                "run {run}: {items} items in {elapsed:.2} s = {rate:.0} items/s; batch latency p50 {:.1} ms, p99 {:.1} ms ({} batches)",
+                "run {run}: {items} items in {elapsed:.2} s = {rate:.0} items/s; batch latency p50 {:.1} ms, p99 {:.1} ms ({} batches); {cpu:.2} CPU-s in this process (agents + API) = {:.0} items per CPU-second",
                 percentile(&latencies, 0.5).as_secs_f64() * 1e3,
                 percentile(&latencies, 0.99).as_secs_f64() * 1e3,
-                latencies.len()
+                latencies.len(),
+                items as f64 / cpu.max(f64::EPSILON)
             );
         }
     }
     rates.sort_by(|a, b| a.total_cmp(b));
+    per_cpu.sort_by(|a, b| a.total_cmp(b));
     if let (Some(min), Some(max)) = (rates.first(), rates.last()) {
         println!(
-            "status ingestion through the agent API: median {:.0} items/s ({min:.0} to {max:.0}, {} runs); target >= 20,000 (end to end)",
+            "status ingestion through the agent API: median {:.0} items/s ({min:.0} to {max:.0}, {} runs), median {:.0} items per CPU-second of agents + API; target >= 20,000 items/s (end to end)",
             rates[rates.len() / 2],
-            rates.len()
+            rates.len(),
+            per_cpu[per_cpu.len() / 2]
         );
     }
     let _ = stop.send(());
