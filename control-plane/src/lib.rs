@@ -7,13 +7,20 @@
 //! Pure, IO-free modules: [`work_store`] (desired work per cluster, resumable by revision),
 //! [`status`] (one report → the binding's per-cluster status item and conditions). The seam
 //! between the agent API and the status processor is [`intake`].
+//!
+//! IO edges: [`agentapi`] (the agents' HTTPS API: registration, heartbeats, work streams,
+//! status reports) and [`clusters`] (cluster health from the agents' Leases). [`leadership`]
+//! says whether this process acts.
 
+pub mod agentapi;
 pub mod binder;
+pub mod clusters;
 pub mod detector;
 pub mod dispatch;
 pub mod failover;
 pub mod intake;
 pub mod interpreters;
+pub mod leadership;
 pub mod placement;
 pub mod processor;
 pub mod queue;
