@@ -22,6 +22,9 @@ pub struct ProcessRecord {
     pub log: PathBuf,
     /// Process id, also the process group id (0 while stopped).
     pub pid: i32,
+    /// The loopback ports it listens on (on the command line too).
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 impl ProcessRecord {
@@ -119,6 +122,23 @@ impl ProcessRecord {
     pub fn log_tail(&self, lines: usize) -> String {
         tail(&self.log, lines)
     }
+
+    /// Current length of the log (where the output of the next start begins).
+    pub fn log_len(&self) -> u64 {
+        std::fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0)
+    }
+
+    /// The log from byte `offset` on (at most its last 64 KiB).
+    pub fn log_since(&self, offset: u64) -> String {
+        let Ok(mut file) = std::fs::File::open(&self.log) else {
+            return String::new();
+        };
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let _ = file.seek(SeekFrom::Start(offset.max(len.saturating_sub(64 * 1024))));
+        let mut bytes = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut file, &mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
 }
 
 /// The last `lines` lines of a file (reads at most the last 64 KiB).
@@ -133,13 +153,6 @@ pub fn tail(path: &Path, lines: usize) -> String {
         .map_while(|l| l.ok())
         .collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// A free TCP port on loopback. The listener is dropped at once; the tiny race with another
-/// process taking the port is acceptable for a test bed, and start-up reports it clearly.
-pub fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(Error::Port)?;
-    Ok(listener.local_addr().map_err(Error::Port)?.port())
 }
 
 /// Peak resident memory (VmHWM) of a process in bytes, if it is running.
@@ -193,6 +206,7 @@ mod tests {
             ],
             log: log.clone(),
             pid: 0,
+            ports: vec![],
         };
         let mut child = record.spawn().unwrap();
         let pid = record.pid;

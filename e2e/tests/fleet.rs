@@ -2,17 +2,18 @@
 //! and the observable effect of every fault injection.
 //!
 //! Cluster use, so that tests can run in parallel: workloads on member-1, node faults on
-//! member-2 (one node per test), the apiserver stop/start on member-3.
+//! member-2 (one node per test), the apiserver stop/start on member-3, the apiserver restart on
+//! a taken port on the hub.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams, PropagationPolicy};
 use lifeboat_e2e::faults;
-use lifeboat_e2e::fleet::node_is_ready;
+use lifeboat_e2e::fleet::{ADDRESS_IN_USE, node_is_ready};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::nodes::{self, GPU_HEALTH_LABEL};
 use lifeboat_e2e::wait;
@@ -38,12 +39,16 @@ fn main() -> ExitCode {
                 "spot_reclamation_taints_then_deletes_the_node",
                 spot_reclamation,
             ),
-            E2eTest::new("gpu_health_label_changes", gpu_health),
+            E2eTest::new("gpu_health_fault_sets_the_node_label", gpu_health),
             E2eTest::new(
                 "stopped_cluster_refuses_then_returns_with_its_objects",
                 apiserver_restart,
             ),
             E2eTest::new("nodes_carry_topology_capacity_and_gpus", node_inventory),
+            E2eTest::new(
+                "restarted_apiserver_waits_out_a_taken_port",
+                apiserver_port_taken,
+            ),
         ],
     )
 }
@@ -396,6 +401,9 @@ async fn spot_reclamation(ctx: Arc<TestContext>) -> TestResult {
     Ok(())
 }
 
+/// The fault injector only: the label is set to each value. What the agent does with `EVICT`
+/// (the workload moves off the node) is asserted by the agent's scenario
+/// `autopilot_migrates_pods_off_an_evict_node` in `member-agent/tests/controller.rs`.
 async fn gpu_health(ctx: Arc<TestContext>) -> TestResult {
     let client = ctx.client("member-2").await?;
     let nodes_api: Api<Node> = Api::all(client.clone());
@@ -482,5 +490,46 @@ async fn node_inventory(ctx: Arc<TestContext>) -> TestResult {
         ctx.fleet.member_names().len(),
         "one region per member"
     );
+    Ok(())
+}
+
+/// A cluster's kube-apiserver restarts on the port its clients know. When another process holds
+/// that port at the restart, the start fails on it, is tried again, and succeeds once the port
+/// is free.
+async fn apiserver_port_taken(ctx: Arc<TestContext>) -> TestResult {
+    let cluster = "hub";
+    let apiserver = ctx
+        .fleet
+        .cluster(cluster)?
+        .processes
+        .into_iter()
+        .find(|p| p.component == "kube-apiserver")
+        .ok_or("no kube-apiserver")?;
+    let port = *apiserver.ports.first().ok_or("no port recorded")?;
+    ctx.fleet.stop_apiserver(cluster)?;
+    let squatter = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    let log_start = apiserver.log_len();
+    let fleet = ctx.fleet.clone();
+    let restart = tokio::spawn(async move { fleet.start_apiserver(cluster).await });
+    wait::until("a start refused on the taken port", T, || async {
+        if apiserver.log_since(log_start).contains(ADDRESS_IN_USE) {
+            Ok(())
+        } else {
+            Err("no bind failure in the log yet".to_string())
+        }
+    })
+    .await?;
+    drop(squatter);
+    restart.await??;
+    let restarted = ctx.fleet.cluster(cluster)?;
+    let again = restarted
+        .processes
+        .iter()
+        .find(|p| p.component == "kube-apiserver")
+        .ok_or("no kube-apiserver")?;
+    assert_eq!(again.ports, vec![port], "same port as before");
+    assert!(again.is_running());
+    let namespaces: Api<Namespace> = Api::all(ctx.client(cluster).await?);
+    namespaces.get("default").await?;
     Ok(())
 }

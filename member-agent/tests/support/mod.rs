@@ -39,15 +39,8 @@ fn slot(cluster: &str) -> Slot {
         .clone()
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or(0)
-}
-
 async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
-    let metrics: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
     let options = AgentOptions {
         kubeconfig: Some(fleet.kubeconfig(cluster)?),
         config: OperatorConfig::default(),
