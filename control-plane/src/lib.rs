@@ -18,6 +18,7 @@ pub mod clusters;
 pub mod detector;
 pub mod dispatch;
 pub mod failover;
+pub mod hub;
 pub mod intake;
 pub mod interpreters;
 pub mod leadership;

@@ -131,6 +131,12 @@ impl<K: Hash + Eq + Clone + Send + 'static> WorkQueue<K> {
         self.len() == 0
     }
 
+    /// Nothing waits and nothing is being processed (delayed adds not counted).
+    pub fn is_idle(&self) -> bool {
+        let inner = self.lock();
+        inner.ready.is_empty() && inner.active.is_empty()
+    }
+
     /// Stops the queue: `next` returns `None` from now on.
     pub fn close(&self) {
         self.lock().closed = true;

@@ -1038,6 +1038,7 @@ async fn work_stream_resumes_and_resets(ctx: Arc<TestContext>) -> TestResult {
     for w in ["b", "c", "d"] {
         next_term.upsert(name, work(&hub.namespace, w));
     }
+    next_term.mark_ready();
     let hub2 = Hub::with_work(
         client,
         &ctx.namespace,

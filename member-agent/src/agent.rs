@@ -5,11 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
-use axum::routing::get;
 use lifeboat_runtime::leader::{self, LeaderElector, Leadership, LeaseConfig};
 use lifeboat_runtime::readiness::Readiness;
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::Registry;
 
 use crate::config::OperatorConfig;
 use crate::controller::{self, ControllerOptions, watches::CoreWatches};
@@ -182,40 +180,8 @@ pub async fn run(
     Ok(())
 }
 
-/// `/healthz` (the process serves), `/readyz` (every watch has synced its initial list: 503
-/// naming those that have not) and `/metrics` (Prometheus text).
-pub fn http_router(registry: Registry, readiness: Readiness) -> axum::Router {
-    let registry = Arc::new(registry);
-    axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let pending = readiness.pending();
-                async move {
-                    if pending.is_empty() {
-                        (StatusCode::OK, "ok".to_string())
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("watches not synced yet: {}", pending.join(", ")),
-                        )
-                    }
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut out = Vec::new();
-                    let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
-                    String::from_utf8(out).unwrap_or_default()
-                }
-            }),
-        )
-}
+/// `/healthz`, `/readyz` and `/metrics` (the one router of every Lifeboat process).
+pub use lifeboat_runtime::http::router as http_router;
 
 /// An agent running as a task of this process (tests, benchmarks, an embedding binary).
 pub struct SpawnedAgent {
@@ -275,6 +241,7 @@ pub async fn spawn(options: AgentOptions, registry: Registry) -> Result<SpawnedA
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
     use tower::ServiceExt;
 
     async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {

@@ -146,6 +146,15 @@ impl WorkStream {
 
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if !self.started {
+            // A snapshot of a store the binder has not filled yet would tell the agent to
+            // delete its work: wait until the first pass over every template is done.
+            if !self.work.is_ready() {
+                tokio::select! {
+                    _ = self.work.wait_ready() => {}
+                    _ = self.shutdown.wait_for(|stop| *stop) => return None,
+                    _ = self.leadership.wait_for(|l| !l.is_leader) => return None,
+                }
+            }
             self.started = true;
             // Revoked between authentication and the subscription above: nothing to send.
             if !self.credential_is_live() {
@@ -318,6 +327,7 @@ mod tests {
     async fn the_stream_follows_changes_with_bookmarks_and_ends_with_leadership() {
         let store = Arc::new(WorkStore::new("e1"));
         store.upsert("m1", work("a"));
+        store.mark_ready();
         let (leader_tx, leadership) = watch::channel(LeaderState::leader());
         let (_shutdown_tx, shutdown) = watch::channel(false);
         let gauge = prometheus::IntGauge::new("g", "g").unwrap();
@@ -385,8 +395,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn no_snapshot_is_sent_before_the_binders_first_pass() {
+        // An empty store at hub start is not "no work": a Reset from it would make the agent
+        // delete everything it runs.
+        let store = Arc::new(WorkStore::new("e1"));
+        let (_leader_tx, leadership) = watch::channel(LeaderState::leader());
+        let (_shutdown_tx, shutdown) = watch::channel(false);
+        let gauge = prometheus::IntGauge::new("g", "g").unwrap();
+        let credentials = Arc::new(CredentialIndex::default());
+        credentials.apply(kube::runtime::watcher::Event::Apply(credential("m1", "t")));
+        let mut stream = WorkStream::open(
+            "m1".into(),
+            TokenHash::of("t"),
+            None,
+            Sources {
+                work: store.clone(),
+                credentials,
+                leadership,
+                shutdown,
+                bookmark_interval: std::time::Duration::from_secs(60),
+            },
+            &gauge,
+        );
+        let early =
+            tokio::time::timeout(std::time::Duration::from_millis(100), stream.next_chunk()).await;
+        assert!(
+            early.is_err(),
+            "nothing before the store is ready: {early:?}"
+        );
+        store.upsert("m1", work("a"));
+        store.mark_ready();
+        let first = parse(&stream.next_chunk().await.unwrap());
+        assert!(matches!(first[0], WorkEvent::Reset { .. }));
+        assert!(matches!(&first[1], WorkEvent::Upsert { work } if work.key.name == "a"));
+    }
+
+    #[tokio::test]
     async fn the_stream_ends_when_its_credential_is_rotated() {
         let store = Arc::new(WorkStore::new("e1"));
+        store.mark_ready();
         let (_leader_tx, leadership) = watch::channel(LeaderState::leader());
         let (_shutdown_tx, shutdown) = watch::channel(false);
         let gauge = prometheus::IntGauge::new("g", "g").unwrap();
