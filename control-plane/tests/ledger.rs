@@ -23,6 +23,9 @@ use prometheus::Registry;
 use serde_json::json;
 use sqlx::Executor;
 
+#[path = "support/postgres.rs"]
+mod postgres;
+
 const URL_VAR: &str = "LIFEBOAT_TEST_DATABASE_URL";
 
 type TestFn = fn(Db) -> Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -194,22 +197,10 @@ impl Db {
             }
             Backend::Postgres => {
                 let admin_url = postgres_url.ok_or("no PostgreSQL URL")?.to_owned();
-                let admin = sqlx::PgPool::connect(&admin_url)
-                    .await
-                    .map_err(|e| format!("PostgreSQL at {URL_VAR} is not reachable: {e}"))?;
-                for sql in [
-                    format!("DROP DATABASE IF EXISTS \"{unique}\" WITH (FORCE)"),
-                    format!("CREATE DATABASE \"{unique}\""),
-                ] {
-                    admin
-                        .execute(sqlx::AssertSqlSafe(sql))
-                        .await
-                        .map_err(|e| format!("creating database {unique}: {e}"))?;
-                }
-                admin.close().await;
+                let url = postgres::create_database(&admin_url, &unique).await?;
                 Ok(Db {
                     backend,
-                    url: with_database(&admin_url, &unique),
+                    url,
                     cleanup: Cleanup::Database {
                         admin_url,
                         name: unique,
@@ -225,11 +216,7 @@ impl Db {
                 let _ = std::fs::remove_dir_all(dir);
             }
             Cleanup::Database { admin_url, name } => {
-                if let Ok(admin) = sqlx::PgPool::connect(admin_url).await {
-                    let sql = format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)");
-                    let _ = admin.execute(sqlx::AssertSqlSafe(sql)).await;
-                    admin.close().await;
-                }
+                postgres::drop_database(admin_url, name).await;
             }
         }
     }
@@ -240,22 +227,6 @@ impl Db {
             .unwrap_or_else(|e| panic!("connect: {e}"));
         assert_eq!(ledger.backend(), self.backend);
         ledger
-    }
-}
-
-/// `url` with its database (the path) replaced by `database`.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = url
-        .split_once('?')
-        .map_or((url, None), |(b, q)| (b, Some(q)));
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let server = match base[authority_start..].find('/') {
-        Some(slash) => &base[..authority_start + slash],
-        None => base,
-    };
-    match query {
-        Some(query) => format!("{server}/{database}?{query}"),
-        None => format!("{server}/{database}"),
     }
 }
 

@@ -28,8 +28,17 @@ static POSTGRES_MIGRATIONS: Migrator = sqlx::migrate!("migrations/postgres");
 /// How long a SQLite connection waits for a lock held by another connection (a reader
 /// checkpointing, another process) before the statement fails.
 const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// One writer and a few readers: SQLite serialises writers anyway.
-const SQLITE_MAX_CONNECTIONS: u32 = 4;
+/// Page cache per connection (an upper bound, filled as pages are used). The default 2 MiB makes
+/// a batch's index updates spill and re-read pages as soon as the indexes outgrow it; 64 MiB
+/// holds the index pages of several thousand active bindings.
+const SQLITE_CACHE_KIB: u32 = 64 * 1024;
+/// Connections for queries (writes have one of their own).
+const SQLITE_MAX_READERS: u32 = 4;
+/// Pages in the WAL before it is copied back into the database file (SQLite's default: 1,000).
+/// A batch dirties an index page per binding it touches, so with the default nearly every
+/// batch paid for a checkpoint (copy and fsync); a larger WAL copies a page rewritten by
+/// many batches once. 10,000 pages of 4 KiB: a WAL of about 40 MiB at most between checkpoints.
+const SQLITE_WAL_AUTOCHECKPOINT_PAGES: u32 = 10_000;
 const POSTGRES_MAX_CONNECTIONS: u32 = 8;
 const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -64,6 +73,10 @@ impl LedgerQuery {
 #[derive(Debug, Clone)]
 pub struct Ledger {
     pool: LedgerPool,
+    /// SQLite: the one connection that writes. SQLite has one writer at a time anyway, and a
+    /// connection drops its page cache whenever another connection has written, so a single
+    /// writing connection keeps its cached index pages from one batch to the next.
+    sqlite_writer: Option<SqlitePool>,
 }
 
 impl Ledger {
@@ -77,11 +90,19 @@ impl Ledger {
     ///   parameters such as `sslmode=require` (TLS through rustls).
     pub async fn connect(url: &str) -> Result<Ledger, LedgerError> {
         let backend = backend_of(url)?;
-        let pool = match backend {
-            Backend::Sqlite => LedgerPool::Sqlite(connect_sqlite(url).await?),
-            Backend::Postgres => LedgerPool::Postgres(connect_postgres(url).await?),
+        let ledger = match backend {
+            Backend::Sqlite => {
+                let (readers, writer) = connect_sqlite(url).await?;
+                Ledger {
+                    pool: LedgerPool::Sqlite(readers),
+                    sqlite_writer: Some(writer),
+                }
+            }
+            Backend::Postgres => Ledger {
+                pool: LedgerPool::Postgres(connect_postgres(url).await?),
+                sqlite_writer: None,
+            },
         };
-        let ledger = Ledger { pool };
         ledger.migrate().await?;
         Ok(ledger)
     }
@@ -90,9 +111,10 @@ impl Ledger {
     /// seen yet (none on an up-to-date database). [`Ledger::connect`] already does this.
     pub async fn migrate(&self) -> Result<(), LedgerError> {
         let backend = self.backend();
-        let result = match &self.pool {
-            LedgerPool::Sqlite(pool) => SQLITE_MIGRATIONS.run(pool).await,
-            LedgerPool::Postgres(pool) => POSTGRES_MIGRATIONS.run(pool).await,
+        let result = match (&self.pool, &self.sqlite_writer) {
+            (LedgerPool::Sqlite(_), Some(writer)) => SQLITE_MIGRATIONS.run(writer).await,
+            (LedgerPool::Sqlite(readers), None) => SQLITE_MIGRATIONS.run(readers).await,
+            (LedgerPool::Postgres(pool), _) => POSTGRES_MIGRATIONS.run(pool).await,
         };
         result.map_err(|source| LedgerError::Migrate { backend, source })
     }
@@ -104,12 +126,16 @@ impl Ledger {
         }
     }
 
+    /// The pool the queries use (on SQLite, writes have a connection of their own).
     pub fn pool(&self) -> &LedgerPool {
         &self.pool
     }
 
     /// Closes every connection; later calls on this ledger (and its clones) fail.
     pub async fn close(&self) {
+        if let Some(writer) = &self.sqlite_writer {
+            writer.close().await;
+        }
         match &self.pool {
             LedgerPool::Sqlite(pool) => pool.close().await,
             LedgerPool::Postgres(pool) => pool.close().await,
@@ -121,9 +147,10 @@ impl Ledger {
         if events.is_empty() {
             return Ok(());
         }
-        let result = match &self.pool {
-            LedgerPool::Sqlite(pool) => append_sqlite(pool, events).await,
-            LedgerPool::Postgres(pool) => append_postgres(pool, events).await,
+        let result = match (&self.pool, &self.sqlite_writer) {
+            (LedgerPool::Sqlite(_), Some(writer)) => append_sqlite(writer, events).await,
+            (LedgerPool::Sqlite(readers), None) => append_sqlite(readers, events).await,
+            (LedgerPool::Postgres(pool), _) => append_postgres(pool, events).await,
         };
         result.map_err(|source| LedgerError::Write {
             backend: self.backend(),
@@ -247,7 +274,8 @@ fn backend_of(url: &str) -> Result<Backend, LedgerError> {
     }
 }
 
-async fn connect_sqlite(url: &str) -> Result<SqlitePool, LedgerError> {
+/// The pool for queries and the single-connection pool for writes, on the same database.
+async fn connect_sqlite(url: &str) -> Result<(SqlitePool, SqlitePool), LedgerError> {
     let options = SqliteConnectOptions::from_str(url)
         .map_err(|e| LedgerError::InvalidUrl {
             url: redact_url(url),
@@ -256,23 +284,35 @@ async fn connect_sqlite(url: &str) -> Result<SqlitePool, LedgerError> {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)
-        .busy_timeout(SQLITE_BUSY_TIMEOUT);
-    let mut pool = SqlitePoolOptions::new()
-        .max_connections(SQLITE_MAX_CONNECTIONS)
-        .acquire_timeout(ACQUIRE_TIMEOUT);
-    if url.contains(":memory:") || url.contains("mode=memory") {
-        // An in-memory database lives as long as one of its connections: keep one open.
-        pool = pool
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None);
-    }
-    pool.connect_with(options)
+        .busy_timeout(SQLITE_BUSY_TIMEOUT)
+        .pragma("cache_size", format!("-{SQLITE_CACHE_KIB}"))
+        .pragma("temp_store", "memory")
+        .pragma(
+            "wal_autocheckpoint",
+            SQLITE_WAL_AUTOCHECKPOINT_PAGES.to_string(),
+        );
+    let connect_error = |source| LedgerError::Connect {
+        backend: Backend::Sqlite,
+        source,
+    };
+    // The writer first: it creates the file and sets WAL mode before the readers open it.
+    // It stays open, and with it its page cache (and an in-memory database).
+    let writer = SqlitePoolOptions::new()
+        .max_connections(1)
+        .min_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options.clone())
         .await
-        .map_err(|source| LedgerError::Connect {
-            backend: Backend::Sqlite,
-            source,
-        })
+        .map_err(connect_error)?;
+    let readers = SqlitePoolOptions::new()
+        .max_connections(SQLITE_MAX_READERS)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_with(options)
+        .await
+        .map_err(connect_error)?;
+    Ok((readers, writer))
 }
 
 async fn connect_postgres(url: &str) -> Result<PgPool, LedgerError> {
