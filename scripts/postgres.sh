@@ -10,7 +10,8 @@
 #   (SCRAM), one database; it is stopped and removed when the command ends, whatever the outcome.
 # - PostgreSQL's binaries (initdb, pg_ctl) are taken from PATH or Debian's
 #   /usr/lib/postgresql/<version>/bin (highest version). When absent they are installed from
-#   Debian's packages (`apt-get install postgresql`; needs root) and stay installed.
+#   Debian's packages (`apt-get install postgresql`; needs root) and stay installed; a cluster
+#   the installation started (Debian's `main` on port 5432, where services may start) is stopped.
 #   LIFEBOAT_POSTGRES_ASSUME_ABSENT=1 takes that path even when they are present, to exercise it:
 #   apt-get then keeps the installed package, or upgrades it to the newest one in its lists.
 # - PostgreSQL refuses to run as root: as root the server runs as the `postgres` user that
@@ -52,6 +53,12 @@ find_bindir() {
     return 1
 }
 
+# Debian's clusters (postgresql-common) that are running, as VERSION:NAME lines.
+online_clusters() {
+    command -v pg_lsclusters >/dev/null 2>&1 || return 0
+    pg_lsclusters -h 2>/dev/null | awk '$4 ~ /^online/ { print $1 ":" $2 }'
+}
+
 install_postgres() {
     if [[ $(id -u) -ne 0 ]]; then
         log "PostgreSQL (initdb, pg_ctl) not found and not running as root to install it."
@@ -68,8 +75,21 @@ install_postgres() {
     if ! apt-cache show postgresql >/dev/null 2>&1; then
         apt-get update -q
     fi
+    local online_before
+    online_before=$(online_clusters)
     apt-get install -y -q --no-install-recommends postgresql
     installed_now=1
+    # Debian's package creates a `main` cluster and, where services may start (systemd, no
+    # policy-rc.d), starts it on port 5432. The tests do not use it: stop what the installation
+    # started (the package stays installed; the cluster starts again at boot).
+    local cluster
+    for cluster in $(online_clusters); do
+        if ! grep -qxF "$cluster" <<<"$online_before"; then
+            log "stopping PostgreSQL cluster ${cluster/:/\/} that the package installation started"
+            pg_ctlcluster "${cluster%%:*}" "${cluster#*:}" stop ||
+                log "could not stop cluster ${cluster/:/\/}"
+        fi
+    done
 }
 
 bindir=$(find_bindir) || {
