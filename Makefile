@@ -73,3 +73,6 @@ bench: k8s-bins
 	$(CARGO) run --release -q -p lifeboat-e2e --bin fleet-bench -- --runs 3
 	$(CARGO) bench -p lifeboat-interpreter
 	$(CARGO) bench -p lifeboat-agent
+# The ledger on SQLite and on a throwaway PostgreSQL that scripts/postgres.sh starts (or the
+# server in LIFEBOAT_TEST_DATABASE_URL); without the script only SQLite is measured.
+	bash scripts/postgres.sh $(CARGO) bench -p lifeboat-hub --bench ledger
