@@ -10,7 +10,8 @@
 //!
 //! IO edges: [`agentapi`] (the agents' HTTPS API: registration, heartbeats, work streams,
 //! status reports) and [`clusters`] (cluster health from the agents' Leases). [`leadership`]
-//! says whether this process acts.
+//! says whether this process acts. [`ledger`] is the append-only event timeline (sqlx: SQLite or
+//! PostgreSQL). [`hub`] runs it all as one process (the `lifeboat-hub` binary).
 
 pub mod agentapi;
 pub mod binder;
@@ -22,6 +23,7 @@ pub mod hub;
 pub mod intake;
 pub mod interpreters;
 pub mod leadership;
+pub mod ledger;
 pub mod placement;
 pub mod processor;
 pub mod queue;
