@@ -11,11 +11,14 @@ use super::credential::SecretRef;
 /// Default `--credential-secret`.
 pub const DEFAULT_CREDENTIAL_SECRET: &str = "lifeboat-system/lifeboat-hub-credential";
 
+/// Each argument has an id prefixed `hub-`: the agent flattens several argument structs into
+/// one command, and clap needs ids unique across them (the webhook has a `ca_file` too).
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct HubArgs {
     /// The hub's agent API (https://HOST:PORT); repeat or separate with commas to give standbys:
     /// they are tried in order, and a standby's 503 naming the leader moves to it.
     #[arg(
+        id = "hub-url",
         long = "hub-url",
         env = "LIFEBOAT_HUB_URL",
         value_name = "URL",
@@ -26,6 +29,7 @@ pub struct HubArgs {
     /// CA certificate(s) that sign the hub's serving certificate (PEM); default: the platform's
     /// trust store.
     #[arg(
+        id = "hub-ca-file",
         long = "hub-ca-file",
         env = "LIFEBOAT_HUB_CA_FILE",
         value_name = "FILE"
@@ -35,6 +39,7 @@ pub struct HubArgs {
     /// File holding the bootstrap token the agent registers with (and registers again with when
     /// the hub refuses the cluster credential).
     #[arg(
+        id = "hub-bootstrap-token-file",
         long = "bootstrap-token-file",
         env = "LIFEBOAT_HUB_BOOTSTRAP_TOKEN_FILE",
         value_name = "FILE"
@@ -44,6 +49,7 @@ pub struct HubArgs {
     /// How long the agent may lose the hub before it suspends workloads whose purge mode is
     /// Directly (whole seconds; sent at registration, must match the hub's setting).
     #[arg(
+        id = "hub-fencing-period",
         long = "fencing-period",
         env = "LIFEBOAT_HUB_FENCING_PERIOD",
         default_value = "60s",
@@ -52,17 +58,18 @@ pub struct HubArgs {
     pub fencing_period: String,
 
     /// Recorded on the Cluster the hub creates at the first registration.
-    #[arg(long = "provider", env = "LIFEBOAT_HUB_PROVIDER")]
+    #[arg(id = "hub-provider", long = "provider", env = "LIFEBOAT_HUB_PROVIDER")]
     pub provider: Option<String>,
     /// Recorded on the Cluster the hub creates at the first registration.
-    #[arg(long = "region", env = "LIFEBOAT_HUB_REGION")]
+    #[arg(id = "hub-region", long = "region", env = "LIFEBOAT_HUB_REGION")]
     pub region: Option<String>,
     /// Recorded on the Cluster the hub creates at the first registration.
-    #[arg(long = "zone", env = "LIFEBOAT_HUB_ZONE")]
+    #[arg(id = "hub-zone", long = "zone", env = "LIFEBOAT_HUB_ZONE")]
     pub zone: Option<String>,
 
     /// Secret in the member that keeps the cluster credential, so a restart reuses it.
     #[arg(
+        id = "hub-credential-secret",
         long = "credential-secret",
         env = "LIFEBOAT_HUB_CREDENTIAL_SECRET",
         default_value = DEFAULT_CREDENTIAL_SECRET,
@@ -163,6 +170,35 @@ mod tests {
             .hub
             .options()
             .map_err(|e| e.to_string())
+    }
+
+    /// The agent's command flattens these with the webhook's flags: ids must not collide
+    /// (clap checks in debug builds when the command is built).
+    #[derive(Parser)]
+    struct Agent {
+        #[command(flatten)]
+        hub: HubArgs,
+        #[command(flatten)]
+        webhook: crate::webhook::WebhookArgs,
+    }
+
+    #[test]
+    fn flattens_beside_the_webhook_flags() {
+        use clap::CommandFactory;
+        Agent::command().debug_assert();
+        let agent = Agent::try_parse_from([
+            "agent",
+            "--hub-url",
+            "https://hub",
+            "--hub-ca-file",
+            "hub-ca.pem",
+        ])
+        .expect("parses");
+        assert_eq!(agent.hub.ca_file, Some(PathBuf::from("hub-ca.pem")));
+        assert_eq!(
+            agent.webhook.ca_file, None,
+            "--hub-ca-file is not the webhook's CA"
+        );
     }
 
     #[test]
