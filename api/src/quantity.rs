@@ -1,6 +1,7 @@
-//! Just enough of the Kubernetes resource.Quantity grammar to tell whether a request is zero and
-//! whether two quantities are equal ("1" == "1000m", "1Ki" == "1024"). Values are held exactly
-//! in nano-units; anything finer is rounded up, as the apiserver rounds up sub-milli values.
+//! Just enough of the Kubernetes resource.Quantity grammar to tell whether a request is zero,
+//! whether two quantities are equal ("1" == "1000m", "1Ki" == "1024"), to add and subtract them
+//! and to print them back. Values are held exactly in nano-units; anything finer is rounded up,
+//! as the apiserver rounds up sub-milli values.
 
 use serde_json::Value;
 
@@ -138,12 +139,50 @@ impl Quantity {
         Quantity(self.0.saturating_mul(i128::from(factor)))
     }
 
+    /// The difference of two quantities (saturating).
+    pub fn saturating_sub(self, other: Quantity) -> Quantity {
+        Quantity(self.0.saturating_sub(other.0))
+    }
+
     /// The zero quantity.
     pub const ZERO: Quantity = Quantity(0);
 
     /// A whole number of units.
     pub fn from_units(units: i64) -> Quantity {
         Quantity(i128::from(units) * NANO)
+    }
+}
+
+/// The quantity in a canonical form that parses back to the same value: whole units as an
+/// integer, or with the largest binary suffix that divides them exactly from `Mi` up (memory);
+/// fractions with the coarsest decimal suffix that is exact (`m`, `u`, `n`).
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let nanos = self.0;
+        if nanos % NANO != 0 {
+            for (divisor, suffix) in [(1_000_000, "m"), (1_000, "u"), (1, "n")] {
+                if nanos % divisor == 0 {
+                    return write!(f, "{}{suffix}", nanos / divisor);
+                }
+            }
+        }
+        let units = nanos / NANO;
+        if units.abs() >= 1 << 20 {
+            for (shift, suffix) in [
+                (60, "Ei"),
+                (50, "Pi"),
+                (40, "Ti"),
+                (30, "Gi"),
+                (20, "Mi"),
+                (10, "Ki"),
+            ] {
+                let unit = 1i128 << shift;
+                if units % unit == 0 {
+                    return write!(f, "{}{suffix}", units / unit);
+                }
+            }
+        }
+        write!(f, "{units}")
     }
 }
 
@@ -179,6 +218,30 @@ mod tests {
         assert!(!q("1n").is_zero());
         // finer than a nano-unit rounds up, so it is not zero
         assert!(!q("1e-12").is_zero());
+    }
+
+    #[test]
+    fn display_is_canonical_and_parses_back() {
+        for (text, shown) in [
+            ("8", "8"),
+            ("1000m", "1"),
+            ("1500m", "1500m"),
+            ("1024Gi", "1Ti"),
+            ("1536Mi", "1536Mi"),
+            ("2Ti", "2Ti"),
+            ("110", "110"),
+            ("1k", "1000"),
+            ("1Ki", "1024"),
+            ("0", "0"),
+            ("1u", "1u"),
+            ("-250m", "-250m"),
+            ("1e-9", "1n"),
+        ] {
+            assert_eq!(q(text).to_string(), shown, "{text}");
+            assert_eq!(q(shown), q(text), "{shown} parses back");
+        }
+        assert_eq!(q("8").saturating_sub(q("3")), q("5"));
+        assert_eq!(q("1").saturating_sub(q("1500m")).to_string(), "-500m");
     }
 
     #[test]

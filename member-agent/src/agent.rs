@@ -33,6 +33,8 @@ pub struct AgentOptions {
     /// Reconcile only while holding this Lease (`None`: always, a single replica). An empty
     /// `namespace` means the client's default namespace (in a pod: its own).
     pub leader_election: Option<LeaseConfig>,
+    /// Hub mode: register with the hub and apply its work, while leading (`None`: standalone).
+    pub hub: Option<crate::hub::HubOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +53,8 @@ pub enum AgentError {
     Register(#[from] webhook::RegisterError),
     #[error(transparent)]
     LeaderElection(#[from] leader::ConfigError),
+    #[error("hub mode: {0}")]
+    Hub(#[from] crate::hub::SetupError),
     #[error("serving metrics on {addr}: {source}")]
     Serve {
         addr: SocketAddr,
@@ -144,6 +148,17 @@ pub async fn run(
         });
         webhook::register(&client, &endpoint).await?;
         tracing::info!("admission webhook registered and live");
+    }
+    // Hub mode (`crate::hub`): runs while this replica leads.
+    if let Some(hub) = options.hub.clone() {
+        let hub = crate::hub::HubMode::new(
+            client.clone(),
+            hub,
+            &options.cluster,
+            &app_config,
+            &registry,
+        )?;
+        background.spawn(hub.run(leadership.clone(), stopped(stop_rx.clone())));
     }
     background.spawn(async move {
         shutdown.await;
