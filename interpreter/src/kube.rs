@@ -6,7 +6,7 @@ use mlua::{Lua, MultiValue, Table, Value as LuaValue};
 use crate::convert::{float_to_lua, json_to_lua, lua_to_json};
 use crate::empty::repair_empty_tables;
 use crate::pod;
-use crate::quantity::Quantity;
+use lifeboat_api::quantity::Quantity;
 
 fn arg_error(function: &str, position: usize, expected: &str, got: &LuaValue) -> mlua::Error {
     mlua::Error::runtime(format!(

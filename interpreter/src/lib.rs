@@ -39,7 +39,6 @@ pub mod interpreter;
 mod kube;
 pub mod operation;
 pub mod pod;
-pub mod quantity;
 pub mod results;
 pub mod runtime;
 pub mod sandbox;
@@ -54,8 +53,8 @@ mod tests_sandbox;
 pub use customization::{CustomizationTarget, ResourceInterpreterCustomization};
 pub use error::{CustomizationError, InterpretError, Limit, RunError};
 pub use interpreter::Interpreter;
+pub use lifeboat_api::quantity::Quantity;
 pub use operation::Operation;
-pub use quantity::Quantity;
 pub use results::{
     AggregatedStatusItem, Component, DependentObjectReference, FailureClass, Health, HealthState,
     ReplicaInterpretation, ReplicaRequirements,

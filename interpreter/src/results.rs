@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::quantity::{Quantity, quantity_from_json};
+use lifeboat_api::quantity::Quantity;
 
 /// Health state as the failover policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -114,7 +114,7 @@ impl<'de> Deserialize<'de> for ResourceList {
             if value.is_null() {
                 continue;
             }
-            let quantity = quantity_from_json(&value).map_err(serde::de::Error::custom)?;
+            let quantity = Quantity::from_json(&value).map_err(serde::de::Error::custom)?;
             out.insert(name, quantity);
         }
         Ok(ResourceList(out))
