@@ -9,6 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 use lifeboat_api::quantity::Quantity;
+use lifeboat_api::serde_helpers::null_as_default;
 
 /// Health state as the failover policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -125,14 +126,6 @@ impl ResourceList {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-}
-
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
