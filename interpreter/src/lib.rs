@@ -51,7 +51,7 @@ mod tests_lazy;
 mod tests_sandbox;
 
 pub use customization::{CustomizationTarget, ResourceInterpreterCustomization};
-pub use error::{CustomizationError, InterpretError, Limit, RunError};
+pub use error::{CustomizationError, Exceeded, InterpretError, Limit, RunError};
 pub use interpreter::Interpreter;
 pub use lifeboat_api::quantity::Quantity;
 pub use operation::Operation;
