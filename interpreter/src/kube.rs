@@ -3,14 +3,15 @@
 //!
 //! Arguments are bounded before Rust copies them: quantity and namespace strings by length,
 //! pod templates by the result limits (`Limits::result_nodes`, `result_bytes`,
-//! `result_depth`) and the evaluation's deadline.
+//! `result_depth`) and the evaluation's deadline. Results are tables with the sandbox's
+//! insertion-order metatable.
 
 use std::sync::Arc;
 
 use lifeboat_api::quantity::Quantity;
 use mlua::{Lua, MultiValue, Table, Value as LuaValue};
 
-use crate::convert::{EncodeError, float_to_lua, json_to_lua, lua_to_json_with};
+use crate::convert::{EncodeError, float_to_lua, json_to_lua_with, lua_to_json_with};
 use crate::empty::repair_empty_tables;
 use crate::error::Limit;
 use crate::pod;
@@ -72,7 +73,7 @@ fn template_from_lua(
 }
 
 /// Builds the module table.
-pub(crate) fn module(lua: &Lua, budget: Arc<Budget>) -> mlua::Result<Table> {
+pub(crate) fn module(lua: &Lua, ordered: Table, budget: Arc<Budget>) -> mlua::Result<Table> {
     let module = lua.create_table()?;
 
     module.raw_set(
@@ -97,7 +98,7 @@ pub(crate) fn module(lua: &Lua, budget: Arc<Budget>) -> mlua::Result<Table> {
         })?,
     )?;
 
-    let requirements_budget = budget.clone();
+    let (requirements_budget, requirements_ordered) = (budget.clone(), ordered.clone());
     module.raw_set(
         "accuratePodRequirements",
         lua.create_function(move |lua, args: MultiValue| {
@@ -111,7 +112,9 @@ pub(crate) fn module(lua: &Lua, budget: Arc<Budget>) -> mlua::Result<Table> {
             match pod::replica_requirements(&template)
                 .map_err(|e| mlua::Error::runtime(format!("accuratePodRequirements: {e}")))?
             {
-                Some(requirements) => json_to_lua(lua, &requirements),
+                Some(requirements) => {
+                    json_to_lua_with(lua, &requirements, Some(&requirements_ordered))
+                }
                 None => Ok(LuaValue::Nil),
             }
         })?,
@@ -137,7 +140,7 @@ pub(crate) fn module(lua: &Lua, budget: Arc<Budget>) -> mlua::Result<Table> {
             };
             let dependencies = pod::pod_dependencies(&template, &namespace)
                 .map_err(|e| mlua::Error::runtime(format!("getPodDependencies: {e}")))?;
-            json_to_lua(lua, &serde_json::Value::Array(dependencies))
+            json_to_lua_with(lua, &serde_json::Value::Array(dependencies), Some(&ordered))
         })?,
     )?;
 

@@ -38,6 +38,7 @@ pub mod error;
 pub mod interpreter;
 mod kube;
 pub mod operation;
+pub mod order;
 pub mod pod;
 pub mod results;
 pub mod runtime;
@@ -46,7 +47,11 @@ pub mod yaml;
 
 // Behaviour tests through the public API (in the library so `cargo test --lib` runs them).
 #[cfg(test)]
+mod tests_dialect;
+#[cfg(test)]
 mod tests_lazy;
+#[cfg(test)]
+mod tests_order;
 #[cfg(test)]
 mod tests_sandbox;
 

@@ -10,6 +10,11 @@
 //! allocator enforces a memory ceiling. `pcall`/`xpcall` are wrapped so that once a limit has
 //! tripped they re-raise instead of letting the script carry on. Values leaving Lua (results,
 //! `kube` helper arguments, error messages) are bounded too: see [`Limits`].
+//!
+//! Determinism: a result is a pure function of the script and its inputs. Table iteration
+//! follows gopher-lua's order (`order.rs` and `sandbox.lua`), `tostring` and `string.format`
+//! print sequence numbers instead of addresses, `math.random` starts from a fixed seed in every
+//! evaluation and `table.sort` does not use the C sort's random pivots.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -24,9 +29,10 @@ use mlua::{
 
 use serde_json::Value;
 
-use crate::convert::{Bounds, EncodeError, json_to_lua, lua_to_json_with, number_to_lua};
+use crate::convert::{Bounds, EncodeError, json_to_lua_with, lua_to_json_with, number_to_lua};
 use crate::error::{Exceeded, Limit, RunError};
 use crate::kube;
+use crate::order;
 
 /// Instructions between two budget checks. Small enough that a tripped limit stops a script
 /// within microseconds, large enough that the hook costs little.
@@ -182,6 +188,8 @@ pub struct Sandbox {
     lua: Lua,
     run: Function,
     lazy_metatable: Table,
+    /// Tables whose keys keep their insertion order (see `sandbox.lua`).
+    ordered_metatable: Table,
     factories: HashMap<u64, Function>,
     budget: Arc<Budget>,
     limits: Limits,
@@ -234,7 +242,9 @@ impl Sandbox {
                 other => Ok(other),
             })
             .map_err(setup_error)?;
-        let kube = kube::module(&lua, budget.clone()).map_err(setup_error)?;
+        let ordered_metatable = lua.create_table().map_err(setup_error)?;
+        let kube =
+            kube::module(&lua, ordered_metatable.clone(), budget.clone()).map_err(setup_error)?;
         let (run, lazy_metatable): (Function, Table) = lua
             .load(SETUP)
             .set_name("=lifeboat-sandbox")
@@ -242,6 +252,7 @@ impl Sandbox {
                 fatal,
                 error_text,
                 kube,
+                ordered_metatable.clone(),
                 MAX_ERROR_MESSAGE_BYTES,
                 limits.result_depth,
             ))
@@ -292,6 +303,7 @@ impl Sandbox {
             lua,
             run,
             lazy_metatable,
+            ordered_metatable,
             factories: HashMap::new(),
             budget,
             limits,
@@ -308,9 +320,15 @@ impl Sandbox {
         if let Some(f) = self.factories.get(&script.id) {
             return Ok(f.clone());
         }
-        // `_ENV` as the first parameter gives each call its own globals; the script stays on
-        // the first line so error lines match the customization.
-        let wrapped = format!("return function(_ENV, ...) {}\nend", script.source);
+        // `_ENV` as the first parameter gives each call its own globals; the constructor hooks
+        // follow (see order.rs). The script stays on the first line so error lines match the
+        // customization.
+        let source = order::rewrite_constructors(&script.source).map_err(RunError::Compile)?;
+        let wrapped = format!(
+            "return function(_ENV, {}, {}, ...) {source}\nend",
+            order::TABLE_HOOK,
+            order::KEY_HOOK
+        );
         let chunk = self
             .lua
             .load(wrapped)
@@ -341,6 +359,7 @@ impl Sandbox {
         let lazy = Lazy {
             nodes: RefCell::new(HashMap::new()),
             metatable: self.lazy_metatable.clone(),
+            ordered: self.ordered_metatable.clone(),
         };
         let budget = &self.budget;
         let limits = self.limits;
@@ -446,6 +465,8 @@ fn is_flat(value: &Value) -> bool {
 struct Lazy<'a> {
     nodes: RefCell<HashMap<usize, &'a Value>>,
     metatable: Table,
+    /// Given to every table once it holds its fields.
+    ordered: Table,
 }
 
 impl<'a> Lazy<'a> {
@@ -454,7 +475,7 @@ impl<'a> Lazy<'a> {
         let (narr, nrec) = match value {
             Value::Object(map) if !map.is_empty() => (0, map.len()),
             Value::Array(items) if !items.is_empty() => (items.len(), 0),
-            other => return json_to_lua(lua, other),
+            other => return json_to_lua_with(lua, other, Some(&self.ordered)),
         };
         // Small all-scalar objects and lists (conditions, labels, selectors) are cheaper to
         // convert at once than to proxy and materialize later.
@@ -473,6 +494,7 @@ impl<'a> Lazy<'a> {
                 }
                 _ => {}
             }
+            table.set_metatable(Some(self.ordered.clone()))?;
             return Ok(LuaValue::Table(table));
         }
         let table = lua.create_table_with_capacity(narr, nrec)?;
@@ -483,9 +505,10 @@ impl<'a> Lazy<'a> {
         Ok(LuaValue::Table(table))
     }
 
-    /// Fills a lazy table with its source's first level and makes it a plain table.
-    /// Only called from the lazy metatable's metamethods, so `table` is a proxy.
+    /// Fills a lazy table with its source's first level and makes it an ordinary (ordered)
+    /// table. Only called from the lazy metatable's metamethods, so `table` is a proxy.
     fn materialize(&self, lua: &Lua, table: &Table) -> mlua::Result<()> {
+        table.set_metatable(Some(self.ordered.clone()))?;
         let Some(node) = self
             .nodes
             .borrow_mut()
@@ -493,7 +516,6 @@ impl<'a> Lazy<'a> {
         else {
             return Ok(());
         };
-        table.set_metatable(None)?;
         // The input is bounded and trusted: convert it outside the script's memory ceiling
         // (which also spares every call below mlua's protected mode).
         let ceiling = lua.set_memory_limit(0).unwrap_or(0);
