@@ -1,6 +1,7 @@
 //! `lifeboatctl interpret`: run Lua resource interpreters offline.
 //!
-//! - `lifeboatctl interpret test DIR`: conformance run over a Karmada-style customization folder.
+//! - `lifeboatctl interpret test DIR [--repeat N]`: conformance run over a Karmada-style
+//!   customization folder (N times, on new Lua states each time).
 //! - `lifeboatctl interpret --operation OP --customization FILE --observed-file F | --desired-file F
 //!   [--status-file F] [--replicas N]`: one operation on files, result printed as YAML.
 
@@ -34,6 +35,10 @@ enum InterpretCommand {
     Test {
         /// The folder to run.
         dir: PathBuf,
+        /// Run the whole folder this many times, each run on new Lua states (a result must not
+        /// depend on the state: iteration order, hash seeds). Counts add up over the runs.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
     },
 }
 
@@ -62,24 +67,40 @@ struct SingleArgs {
 
 pub fn run(args: InterpretArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        Some(InterpretCommand::Test { dir }) => run_tests(&dir),
+        Some(InterpretCommand::Test { dir, repeat }) => run_tests(&dir, repeat),
         None => run_single(args.single),
     }
 }
 
-fn run_tests(dir: &Path) -> anyhow::Result<ExitCode> {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
-    let report = conformance::run_dir(dir, &runtime).map_err(anyhow::Error::msg)?;
-    for failure in &report.failures {
-        println!(
-            "FAIL {} {}: {}",
-            failure.file.display(),
-            failure.case,
-            failure.reason
-        );
+fn run_tests(dir: &Path, repeat: u32) -> anyhow::Result<ExitCode> {
+    let mut passed = 0;
+    let mut failed = 0;
+    for run in 1..=repeat {
+        // A new runtime per run: new Lua states, each with its own string-hash seed.
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
+        let report = conformance::run_dir(dir, &runtime).map_err(anyhow::Error::msg)?;
+        let prefix = if repeat > 1 {
+            format!("run {run}/{repeat}: ")
+        } else {
+            String::new()
+        };
+        for failure in &report.failures {
+            println!(
+                "{prefix}FAIL {} {}: {}",
+                failure.file.display(),
+                failure.case,
+                failure.reason
+            );
+        }
+        passed += report.passed;
+        failed += report.failures.len();
     }
-    println!("{} passed, {} failed", report.passed, report.failures.len());
-    Ok(if report.failures.is_empty() {
+    if repeat > 1 {
+        println!("{passed} passed, {failed} failed ({repeat} runs)");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
+    Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
