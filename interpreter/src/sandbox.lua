@@ -28,7 +28,8 @@ local math_type, sort, concat, string_sub, string_format, string_find, string_ma
 --   appends the key to the table's record.
 -- * A record lists the table's non-integer keys in order (rec[1..n]) and maps each of them to
 --   its position (rec[key]); positive integers never go in a record, so the two parts cannot
---   collide. A table without a record orders its present keys by value (numbers, then
+--   collide. A constructor's record gets its positions only when first needed (`positions`):
+--   most constructed tables are never iterated nor extended. A table without a record orders its present keys by value (numbers, then
 --   strings), which for a converted JSON object is its field order (serde_json keeps fields
 --   sorted); keys added later come after them, in insertion order.
 -- * `next` and `pairs` walk a snapshot of that order, cached until a key is inserted.
@@ -83,10 +84,35 @@ local function new_record(t)
   return rec
 end
 
+-- Gives the keys rec[1..n] their positions, a repeated key dropped; returns how many keys
+-- remain (the slots after them are left as they were).
+local function place(rec, n)
+  local j = 0
+  for i = 1, n do
+    local k = rec[i]
+    if rec[k] == nil then
+      j = j + 1
+      rec[j] = k
+      rec[k] = j
+    end
+  end
+  return j
+end
+
+-- Completes a constructor's record. A record has all its positions once its first key has one.
+local function positions(rec)
+  local first = rec[1]
+  if first == nil or rec[first] ~= nil then return rec end
+  local n = #rec
+  for i = place(rec, n) + 1, n do rec[i] = nil end
+  return rec
+end
+
 ORDERED.__newindex = function(t, k, v)
   if v ~= nil then
     if k ~= nil and k == k and not is_array_key(k) then
-      local rec = RECORD[t] or new_record(t)
+      local rec = RECORD[t]
+      if rec == nil then rec = new_record(t) else positions(rec) end
       if rec[k] == nil then
         local n = #rec + 1
         rec[n] = k
@@ -107,25 +133,20 @@ local function computed_key(k)
   return k
 end
 
--- The constructor hook: `__lifeboat_table(t, key, ...)`, one argument per keyed field in
--- source order (a name, or `true` for a computed key).
-local function construct(t, ...)
-  if getmetatable(t) ~= nil then
-    error("__lifeboat_table only takes a table just built by a constructor", 2)
-  end
-  setmetatable(t, ORDERED)
-  local n = select("#", ...)
-  if n == 0 then return t end
-  local rec = { ... }
+-- The rest of a constructor's keys from the first computed one (position i) on; j keys are
+-- recorded so far.
+local function construct_computed(t, rec, n, i, j)
+  -- The names before i get their positions (the fast path records none).
+  j = place(rec, j)
   local computed = 0
-  for i = 1, n do
-    if rec[i] == true then computed = computed + 1 end
+  for m = i, n do
+    if rec[m] == true then computed = computed + 1 end
   end
   local base = pending_n - computed
   if base < 0 then base = 0 end
-  local c, j = base, 0
-  for i = 1, n do
-    local k = rec[i]
+  local c = base
+  for m = i, n do
+    local k = rec[m]
     if k == true then
       c = c + 1
       k = pending[c]
@@ -137,8 +158,33 @@ local function construct(t, ...)
       rec[k] = j
     end
   end
+  for m = j + 1, n do rec[m] = nil end
+  pending_n = base
+  RECORD[t] = rec
+  return t
+end
+
+-- The constructor hook: `__lifeboat_table(t, key, ...)`, one argument per keyed field in
+-- source order (a name, or `true` for a computed key). It runs for every constructor a script
+-- evaluates, so it is kept short: scripts cannot reach it (its name is reserved, order.rs), so
+-- `t` is always a table just built; the keys are never nil, so `#rec` counts them; names are
+-- strings, never array keys. Positions (and the removal of a repeated name) wait for
+-- `positions`.
+local function construct(t, ...)
+  setmetatable(t, ORDERED)
+  if ... == nil then return t end
+  local rec = { ... }
+  local n = #rec
+  local j = 0
+  for i = 1, n do
+    local k = rec[i]
+    if k == true then return construct_computed(t, rec, n, i, j) end
+    if t[k] ~= nil then
+      j = j + 1
+      rec[j] = k
+    end
+  end
   for i = j + 1, n do rec[i] = nil end
-  if computed > 0 then pending_n = base end
   RECORD[t] = rec
   return t
 end
@@ -146,6 +192,7 @@ end
 local function snapshot(t)
   local keys, n, last, ascending = {}, 0, 0, true
   local rec = RECORD[t]
+  if rec ~= nil then positions(rec) end
   local extra, e, strings = nil, 0, true
   for k in next, t do
     if is_array_key(k) then

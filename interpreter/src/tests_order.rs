@@ -112,8 +112,14 @@ function InterpretHealth(obj)
   readded.a = nil
   readded.d = 4
   readded.a = 5
+  -- A repeated name and a nil field; names before and after a computed key.
+  local repeated = {b = 1, a = 2, b = 3, c = nil, d = 4}
+  repeated.e = 5
+  local key = "k" .. #filled
+  local around = {y = 1, x = 2, y = 3, [key] = 4, [key] = 5, w = 6, x = 7}
+  around.v = 8
   return {healthy = true, reason = walk(filled) .. "|" .. walk(built) .. "|" .. walk(mixed)
-    .. "|" .. walk(readded)}
+    .. "|" .. walk(readded) .. "|" .. walk(repeated) .. "|" .. walk(around)}
 end
 "#;
 
@@ -122,7 +128,9 @@ fn tables_filled_by_a_script_iterate_in_insertion_order() {
     let expected = "zeta,alpha,mu,beta,omega,kappa,delta,epsilon,gamma,iota,lambda,theta,eta,nu,xi,rho\
         |2,10,zulu,alpha,mike,bravo,yankee\
         |1,2,3,4,k,-1,1.5,j\
-        |a,b,c,d";
+        |a,b,c,d\
+        |b,a,d,e\
+        |y,x,k0,w,v";
     let results = across_states("healthInterpretation", FILL_AND_WALK, |i| {
         reason(i, &widget())
     });
