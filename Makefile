@@ -53,7 +53,7 @@ lint:
 unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) run -q -p lifeboatctl -- interpret test $(LIFEBOAT_SHARED_DIR)/testdata/karmada-interpreter
-	$(CARGO) run -q -p lifeboatctl -- interpret test interpreter-scripts
+	$(CARGO) run -q -p lifeboatctl -- interpret test --strict interpreter-scripts
 
 # End-to-end tests: each test binary starts its own fleet of real control planes.
 .PHONY: e2e

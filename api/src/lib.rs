@@ -18,3 +18,4 @@ pub mod appwrapper;
 pub mod health;
 pub mod legacy;
 pub mod quantity;
+pub mod serde_helpers;
