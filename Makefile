@@ -54,7 +54,7 @@ lint:
 unit:
 	$(CARGO) test --workspace --lib --bins
 	$(CARGO) run -q -p lifeboatctl -- interpret test $(LIFEBOAT_SHARED_DIR)/testdata/karmada-interpreter
-	$(CARGO) run -q -p lifeboatctl -- interpret test interpreter-scripts
+	$(CARGO) run -q -p lifeboatctl -- interpret test --strict interpreter-scripts
 
 # The hub's event ledger on both databases: SQLite (temporary files) and PostgreSQL.
 # scripts/postgres.sh uses LIFEBOAT_TEST_DATABASE_URL when set; otherwise it starts a throwaway

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::cluster::ResourceList;
 use crate::health::FailureClass;
 use crate::policy::{FailoverBehavior, Placement, PurgeMode};
-use crate::serde_util::null_as_default;
+use crate::serde_helpers::null_as_default;
 
 pub const GROUP: &str = "work.lifeboat.dev";
 pub const VERSION: &str = "v1alpha1";
@@ -407,7 +407,7 @@ pub struct ResourceBindingStatus {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
-    #[schemars(schema_with = "crate::serde_util::conditions_schema")]
+    #[schemars(schema_with = "crate::serde_helpers::conditions_schema")]
     pub conditions: Vec<Condition>,
     /// Why each cluster was rejected the last time nothing (or not enough) fitted.
     #[serde(
@@ -428,19 +428,19 @@ pub struct ResourceBindingStatus {
 }
 
 fn clusters_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::serde_util::list_map_schema::<TargetCluster>(g, &["name"])
+    crate::serde_helpers::list_map_schema::<TargetCluster>(g, &["name"])
 }
 
 fn eviction_tasks_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::serde_util::list_map_schema::<GracefulEvictionTask>(g, &["fromCluster"])
+    crate::serde_helpers::list_map_schema::<GracefulEvictionTask>(g, &["fromCluster"])
 }
 
 fn in_place_resets_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::serde_util::list_map_schema::<InPlaceResetRecord>(g, &["clusterName"])
+    crate::serde_helpers::list_map_schema::<InPlaceResetRecord>(g, &["clusterName"])
 }
 
 fn aggregated_status_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::serde_util::list_map_schema::<AggregatedStatusItem>(g, &["clusterName"])
+    crate::serde_helpers::list_map_schema::<AggregatedStatusItem>(g, &["clusterName"])
 }
 
 /// Why the scheduler did not choose a cluster.

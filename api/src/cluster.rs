@@ -10,7 +10,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::serde_util::null_as_default;
+use crate::serde_helpers::null_as_default;
 pub use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 pub const GROUP: &str = "cluster.lifeboat.dev";
@@ -114,7 +114,7 @@ pub struct ClusterSpec {
 }
 
 fn taints_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    crate::serde_util::list_map_schema::<Taint>(g, &["key", "effect"])
+    crate::serde_helpers::list_map_schema::<Taint>(g, &["key", "effect"])
 }
 
 /// What the hub knows of the cluster, from its agent.

@@ -33,4 +33,4 @@ pub mod policy;
 pub mod protocol;
 pub mod quantity;
 pub mod selector;
-pub mod serde_util;
+pub mod serde_helpers;

@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::health::FailureClass;
-use crate::serde_util::null_as_default;
+use crate::serde_helpers::null_as_default;
 
 pub const GROUP: &str = "policy.lifeboat.dev";
 pub const VERSION: &str = "v1alpha1";

@@ -1,6 +1,7 @@
 //! `lifeboatctl interpret`: run Lua resource interpreters offline.
 //!
-//! - `lifeboatctl interpret test DIR`: conformance run over a Karmada-style customization folder.
+//! - `lifeboatctl interpret test DIR [--repeat N]`: conformance run over a Karmada-style
+//!   customization folder (N times, on new Lua states each time).
 //! - `lifeboatctl interpret --operation OP --customization FILE --observed-file F | --desired-file F
 //!   [--status-file F] [--replicas N]`: one operation on files, result printed as YAML.
 
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
+use conformance::Expectations;
 use lifeboat_interpreter::{AggregatedStatusItem, Interpreter, Operation, Runtime, RuntimeConfig};
 use serde_json::Value;
 
@@ -34,6 +36,15 @@ enum InterpretCommand {
     Test {
         /// The folder to run.
         dir: PathBuf,
+        /// Run the whole folder this many times, each run on new Lua states (a result must not
+        /// depend on the state: iteration order, hash seeds). Counts add up over the runs.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+        /// Every result of an operation needs an expected value in the case's output (write
+        /// `requires: null` for no replica requirements). Without it, Karmada's rule: results
+        /// without an expected value are not checked.
+        #[arg(long)]
+        strict: bool,
     },
 }
 
@@ -62,24 +73,53 @@ struct SingleArgs {
 
 pub fn run(args: InterpretArgs) -> anyhow::Result<ExitCode> {
     match args.command {
-        Some(InterpretCommand::Test { dir }) => run_tests(&dir),
+        Some(InterpretCommand::Test {
+            dir,
+            repeat,
+            strict,
+        }) => run_tests(
+            &dir,
+            repeat,
+            if strict {
+                Expectations::Strict
+            } else {
+                Expectations::Karmada
+            },
+        ),
         None => run_single(args.single),
     }
 }
 
-fn run_tests(dir: &Path) -> anyhow::Result<ExitCode> {
-    let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
-    let report = conformance::run_dir(dir, &runtime).map_err(anyhow::Error::msg)?;
-    for failure in &report.failures {
-        println!(
-            "FAIL {} {}: {}",
-            failure.file.display(),
-            failure.case,
-            failure.reason
-        );
+fn run_tests(dir: &Path, repeat: u32, expectations: Expectations) -> anyhow::Result<ExitCode> {
+    let mut passed = 0;
+    let mut failed = 0;
+    for run in 1..=repeat {
+        // A new runtime per run: new Lua states, each with its own string-hash seed.
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
+        let report =
+            conformance::run_dir(dir, &runtime, expectations).map_err(anyhow::Error::msg)?;
+        let prefix = if repeat > 1 {
+            format!("run {run}/{repeat}: ")
+        } else {
+            String::new()
+        };
+        for failure in &report.failures {
+            println!(
+                "{prefix}FAIL {} {}: {}",
+                failure.file.display(),
+                failure.case,
+                failure.reason
+            );
+        }
+        passed += report.passed;
+        failed += report.failures.len();
     }
-    println!("{} passed, {} failed", report.passed, report.failures.len());
-    Ok(if report.failures.is_empty() {
+    if repeat > 1 {
+        println!("{passed} passed, {failed} failed ({repeat} runs)");
+    } else {
+        println!("{passed} passed, {failed} failed");
+    }
+    Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -183,9 +223,9 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
     }
 
-    fn assert_all_pass(dir: &Path) -> usize {
+    fn assert_all_pass(dir: &Path, expectations: Expectations) -> usize {
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
-        let report = conformance::run_dir(dir, &runtime).unwrap();
+        let report = conformance::run_dir(dir, &runtime, expectations).unwrap();
         let failures: Vec<String> = report
             .failures
             .iter()
@@ -208,13 +248,77 @@ mod tests {
             "{} not found: set LIFEBOAT_SHARED_DIR",
             dir.display()
         );
-        assert_eq!(assert_all_pass(&dir), 372);
+        assert_eq!(assert_all_pass(&dir, Expectations::Karmada), 372);
     }
 
     #[test]
-    fn builtin_interpreter_cases_all_pass() {
+    fn builtin_interpreter_cases_all_pass_with_every_result_expected() {
         // Ten kinds, at least five cases per operation each.
-        assert!(assert_all_pass(&repo_root().join("interpreter-scripts")) >= 300);
+        assert_eq!(
+            assert_all_pass(
+                &repo_root().join("interpreter-scripts"),
+                Expectations::Strict
+            ),
+            335
+        );
+    }
+
+    /// A one-kind folder with a GetReplicas script and `cases` as its replica test data.
+    fn replica_folder(name: &str, script: &str, cases: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("lifeboat-{name}-{}", std::process::id()));
+        let kind = dir.join("example.com/v1/Widget");
+        std::fs::create_dir_all(kind.join("testdata")).unwrap();
+        std::fs::write(
+            kind.join("customizations.yaml"),
+            format!("apiVersion: config.lifeboat.dev/v1alpha1\nkind: ResourceInterpreterCustomization\nmetadata:\n  name: widget\nspec:\n  target:\n    apiVersion: example.com/v1\n    kind: Widget\n  customizations:\n    replicaResource:\n      luaScript: |\n        {script}\n"),
+        )
+        .unwrap();
+        std::fs::write(kind.join("testdata/interpretreplica-test.yaml"), cases).unwrap();
+        dir
+    }
+
+    #[test]
+    fn no_requirements_is_an_explicit_expectation_in_strict_mode() {
+        let object = "desiredObj:\n  apiVersion: example.com/v1\n  kind: Widget\n";
+        let cases = format!(
+            "name: explicit\noperation: InterpretReplica\n{object}output:\n  replica: 2\n  requires: null\n---\nname: omitted\noperation: InterpretReplica\n{object}output:\n  replica: 2\n"
+        );
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
+        let failures = |dir: &Path, expectations| {
+            let report = conformance::run_dir(dir, &runtime, expectations).unwrap();
+            report
+                .failures
+                .into_iter()
+                .map(|f| format!("{}: {}", f.case, f.reason))
+                .collect::<Vec<_>>()
+        };
+        // A script without requirements: `requires: null` holds; the omitted key passes under
+        // Karmada's rule only.
+        let none = replica_folder("none", "function GetReplicas(o) return 2 end", &cases);
+        assert!(failures(&none, Expectations::Karmada).is_empty());
+        let strict = failures(&none, Expectations::Strict);
+        assert_eq!(strict.len(), 1, "{strict:?}");
+        assert!(
+            strict[0].contains(":omitted") && strict[0].contains("`requires: null`"),
+            "{strict:?}"
+        );
+        std::fs::remove_dir_all(&none).unwrap();
+        // A wrong script that returns requirements fails `requires: null` under both rules.
+        let wrong = replica_folder(
+            "wrong",
+            "function GetReplicas(o) return 2, {resourceRequest = {cpu = '1'}} end",
+            &cases,
+        );
+        for expectations in [Expectations::Karmada, Expectations::Strict] {
+            let found = failures(&wrong, expectations);
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.contains(":explicit") && f.contains("requires: expected null")),
+                "{found:?}"
+            );
+        }
+        std::fs::remove_dir_all(&wrong).unwrap();
     }
 
     #[test]
@@ -242,7 +346,7 @@ mod tests {
         )
         .unwrap();
         let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
-        let report = conformance::run_dir(&dir, &runtime).unwrap();
+        let report = conformance::run_dir(&dir, &runtime, Expectations::Karmada).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(report.passed, 1);
         let cases: Vec<&str> = report.failures.iter().map(|f| f.case.as_str()).collect();

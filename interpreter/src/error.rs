@@ -2,22 +2,84 @@
 
 use crate::operation::Operation;
 
-/// Which per-evaluation limit stopped a script.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which per-evaluation limit stopped a script (the names are the fields of [`Limits`]).
+///
+/// [`Limits`]: crate::Limits
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Limit {
     Instructions,
     Memory,
     WallClock,
+    /// JSON values produced when a result (or a `kube` helper argument) crosses into Rust.
+    ResultNodes,
+    /// String bytes (keys and values) produced by that conversion.
+    ResultBytes,
+    /// Nesting of that conversion (a table that contains itself ends here).
+    ResultDepth,
 }
 
 impl Limit {
+    /// The field of `Limits` that sets this bound (also a low-cardinality metric label).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Limit::Instructions => "instructions",
+            Limit::Memory => "memory_bytes",
+            Limit::WallClock => "wall_clock",
+            Limit::ResultNodes => "result_nodes",
+            Limit::ResultBytes => "result_bytes",
+            Limit::ResultDepth => "result_depth",
+        }
+    }
+
+    /// A short message without the bound (raised inside Lua to unwind the script).
     pub fn message(&self) -> &'static str {
         match self {
             Limit::Instructions => "instruction limit exceeded",
             Limit::Memory => "memory limit exceeded",
             Limit::WallClock => "wall-clock limit exceeded",
+            Limit::ResultNodes => "result node limit exceeded",
+            Limit::ResultBytes => "result byte limit exceeded",
+            Limit::ResultDepth => "result depth limit exceeded",
         }
     }
+}
+
+/// A limit that stopped an evaluation, with the bound that was in force.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exceeded {
+    pub limit: Limit,
+    /// The configured bound (instructions, bytes, milliseconds, nodes or levels).
+    pub bound: u64,
+}
+
+impl std::fmt::Display for Exceeded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bound = group_digits(self.bound);
+        let name = self.limit.name();
+        match self.limit {
+            Limit::Instructions => write!(f, "script exceeds {bound} instructions (limit {name})"),
+            Limit::Memory => write!(f, "script exceeds {bound} bytes of memory (limit {name})"),
+            Limit::WallClock => write!(f, "evaluation exceeds {bound} ms (limit {name})"),
+            Limit::ResultNodes => write!(f, "result exceeds {bound} nodes (limit {name})"),
+            Limit::ResultBytes => write!(f, "result exceeds {bound} bytes (limit {name})"),
+            Limit::ResultDepth => {
+                write!(f, "result nests deeper than {bound} levels (limit {name})")
+            }
+        }
+    }
+}
+
+/// `1000000` as `1,000,000`.
+pub(crate) fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// A failure inside one evaluation on a sandbox, before it is tied to a script and operation.
@@ -31,8 +93,8 @@ pub enum RunError {
     Input(String),
     #[error("{0}")]
     Script(String),
-    #[error("{}", .0.message())]
-    Limit(Limit),
+    #[error("{0}")]
+    Limit(Exceeded),
     #[error("unexpected result: {0}")]
     Result(String),
 }
@@ -57,9 +119,9 @@ impl InterpretError {
     pub fn limit(&self) -> Option<Limit> {
         match self {
             InterpretError::Evaluation {
-                error: RunError::Limit(limit),
+                error: RunError::Limit(exceeded),
                 ..
-            } => Some(*limit),
+            } => Some(exceeded.limit),
             _ => None,
         }
     }
@@ -88,4 +150,25 @@ pub enum CustomizationError {
         api_version: String,
         kind: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_errors_name_the_bound_and_the_limit() {
+        let exceeded = Exceeded {
+            limit: Limit::ResultNodes,
+            bound: 1_000_000,
+        };
+        assert_eq!(
+            RunError::Limit(exceeded).to_string(),
+            "result exceeds 1,000,000 nodes (limit result_nodes)"
+        );
+        assert_eq!(group_digits(0), "0");
+        assert_eq!(group_digits(999), "999");
+        assert_eq!(group_digits(1000), "1,000");
+        assert_eq!(group_digits(33_554_432), "33,554,432");
+    }
 }

@@ -47,10 +47,6 @@ fn result_error(message: impl Into<String>) -> RunError {
     RunError::Result(message.into())
 }
 
-fn to_json(out: &Outputs<'_, '_>, value: &LuaValue) -> Result<Value, RunError> {
-    out.to_json(value).map_err(|e| result_error(e.0))
-}
-
 fn first(results: &MultiValue) -> LuaValue {
     results.iter().next().cloned().unwrap_or(LuaValue::Nil)
 }
@@ -68,7 +64,7 @@ fn object_result(
             value.type_name()
         )));
     }
-    let json = repair_empty_tables(to_json(out, value)?, true, references);
+    let json = repair_empty_tables(out.to_json(value)?, true, references);
     match json.get("kind") {
         Some(Value::String(kind)) if !kind.is_empty() => Ok(json),
         _ => Err(result_error(format!(
@@ -222,7 +218,7 @@ impl Interpreter {
             |_, results, out| match first(&results) {
                 LuaValue::Boolean(b) => Ok(Health::from_bool(b)),
                 value @ LuaValue::Table(_) => {
-                    Health::from_table(&to_json(out, &value)?).map_err(result_error)
+                    Health::from_table(&out.to_json(&value)?).map_err(result_error)
                 }
                 other => Err(result_error(format!(
                     "InterpretHealth must return a boolean or a health table, got {}",
@@ -263,7 +259,7 @@ impl Interpreter {
                 let requires = match iter.next().unwrap_or(LuaValue::Nil) {
                     LuaValue::Nil => None,
                     value @ LuaValue::Table(_) => {
-                        let json = repair_empty_tables(to_json(out, &value)?, true, &[]);
+                        let json = repair_empty_tables(out.to_json(&value)?, true, &[]);
                         Some(
                             serde_json::from_value::<ReplicaRequirements>(json)
                                 .map_err(|e| result_error(format!("replica requirements: {e}")))?,
@@ -297,7 +293,7 @@ impl Interpreter {
             |_, results, out| match first(&results) {
                 LuaValue::Nil => Ok(None),
                 value @ LuaValue::Table(_) => {
-                    let json = repair_empty_tables(to_json(out, &value)?, false, &[]);
+                    let json = repair_empty_tables(out.to_json(&value)?, false, &[]);
                     serde_json::from_value::<Vec<Component>>(json)
                         .map(Some)
                         .map_err(|e| result_error(format!("components: {e}")))
@@ -358,7 +354,7 @@ impl Interpreter {
             &[Arg::Object(observed)],
             |_, results, out| match first(&results) {
                 value @ LuaValue::Table(_) => {
-                    Ok(repair_empty_tables(to_json(out, &value)?, true, &[]))
+                    Ok(repair_empty_tables(out.to_json(&value)?, true, &[]))
                 }
                 other => Err(result_error(format!(
                     "ReflectStatus must return a table, got {}",
@@ -412,7 +408,7 @@ impl Interpreter {
                 &[Arg::Object(desired)],
                 |_, results, out| match first(&results) {
                     value @ LuaValue::Table(_) => {
-                        let json = repair_empty_tables(to_json(out, &value)?, false, &[]);
+                        let json = repair_empty_tables(out.to_json(&value)?, false, &[]);
                         let refs: Vec<DependentObjectReference> = serde_json::from_value(json)
                             .map_err(|e| result_error(format!("dependencies: {e}")))?;
                         for r in &refs {

@@ -38,8 +38,8 @@ pub mod error;
 pub mod interpreter;
 mod kube;
 pub mod operation;
+pub mod order;
 pub mod pod;
-pub mod quantity;
 pub mod results;
 pub mod runtime;
 pub mod sandbox;
@@ -47,15 +47,19 @@ pub mod yaml;
 
 // Behaviour tests through the public API (in the library so `cargo test --lib` runs them).
 #[cfg(test)]
+mod tests_dialect;
+#[cfg(test)]
 mod tests_lazy;
+#[cfg(test)]
+mod tests_order;
 #[cfg(test)]
 mod tests_sandbox;
 
 pub use customization::{CustomizationTarget, ResourceInterpreterCustomization};
-pub use error::{CustomizationError, InterpretError, Limit, RunError};
+pub use error::{CustomizationError, Exceeded, InterpretError, Limit, RunError};
 pub use interpreter::Interpreter;
+pub use lifeboat_api::quantity::Quantity;
 pub use operation::Operation;
-pub use quantity::Quantity;
 pub use results::{
     AggregatedStatusItem, Component, DependentObjectReference, FailureClass, Health, HealthState,
     ReplicaInterpretation, ReplicaRequirements,

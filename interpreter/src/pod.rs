@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
-use crate::quantity::{Quantity, QuantityFormat, quantity_from_json};
+use lifeboat_api::quantity::{Quantity, QuantityFormat};
 
 fn field<'a>(value: &'a Value, path: &[&str]) -> Option<&'a Value> {
     let mut current = value;
@@ -71,7 +71,7 @@ fn resource_list(value: Option<&Value>, name: &str) -> Result<Vec<(String, Quant
         if q.is_null() {
             continue;
         }
-        let quantity = quantity_from_json(q).map_err(|e| format!("{name}.{resource}: {e}"))?;
+        let quantity = Quantity::from_json(q).map_err(|e| format!("{name}.{resource}: {e}"))?;
         out.push((resource.clone(), quantity));
     }
     Ok(out)
@@ -121,14 +121,10 @@ impl Resources {
                 continue;
             }
             let quantity = match name.as_str() {
-                "cpu" => Quantity::from_millis(*value, QuantityFormat::DecimalSI),
-                "memory" | "ephemeral-storage" => {
-                    Quantity::from_units(*value, QuantityFormat::BinarySI)
-                }
-                n if n.starts_with("hugepages-") => {
-                    Quantity::from_units(*value, QuantityFormat::BinarySI)
-                }
-                _ => Quantity::from_units(*value, QuantityFormat::DecimalSI),
+                "cpu" => Quantity::new_milli(*value, QuantityFormat::DecimalSI),
+                "memory" | "ephemeral-storage" => Quantity::new(*value, QuantityFormat::BinarySI),
+                n if n.starts_with("hugepages-") => Quantity::new(*value, QuantityFormat::BinarySI),
+                _ => Quantity::new(*value, QuantityFormat::DecimalSI),
             };
             out.insert(name.clone(), Value::String(quantity.canonical()));
         }

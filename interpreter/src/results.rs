@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
-use crate::quantity::{Quantity, quantity_from_json};
+use lifeboat_api::quantity::Quantity;
+use lifeboat_api::serde_helpers::null_as_default;
 
 /// Health state as the failover policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -114,7 +115,7 @@ impl<'de> Deserialize<'de> for ResourceList {
             if value.is_null() {
                 continue;
             }
-            let quantity = quantity_from_json(&value).map_err(serde::de::Error::custom)?;
+            let quantity = Quantity::from_json(&value).map_err(serde::de::Error::custom)?;
             out.insert(name, quantity);
         }
         Ok(ResourceList(out))
@@ -125,14 +126,6 @@ impl ResourceList {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
-}
-
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,13 @@
 //!
 //! Limits: a count hook charges an instruction budget and checks the wall clock; the state's
 //! allocator enforces a memory ceiling. `pcall`/`xpcall` are wrapped so that once a limit has
-//! tripped they re-raise instead of letting the script carry on.
+//! tripped they re-raise instead of letting the script carry on. Values leaving Lua (results,
+//! `kube` helper arguments, error messages) are bounded too: see [`Limits`].
+//!
+//! Determinism: a result is a pure function of the script and its inputs. Table iteration
+//! follows gopher-lua's order (`order.rs` and `sandbox.lua`), `tostring` and `string.format`
+//! print sequence numbers instead of addresses, `math.random` starts from a fixed seed in every
+//! evaluation and `table.sort` does not use the C sort's random pivots.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -23,9 +29,10 @@ use mlua::{
 
 use serde_json::Value;
 
-use crate::convert::{EncodeError, json_to_lua, lua_shaped, lua_to_json_with, number_to_lua};
-use crate::error::{Limit, RunError};
+use crate::convert::{Bounds, EncodeError, json_to_lua_with, lua_to_json_with, number_to_lua};
+use crate::error::{Exceeded, Limit, RunError};
 use crate::kube;
+use crate::order;
 
 /// Instructions between two budget checks. Small enough that a tripped limit stops a script
 /// within microseconds, large enough that the hook costs little.
@@ -38,6 +45,10 @@ const MAX_CACHED_SCRIPTS: usize = 512;
 /// The message Lua uses for allocation failures.
 const LUA_MEMORY_ERROR: &str = "not enough memory";
 
+/// Longest error message kept from Lua (bytes); longer ones are cut, in Lua, before they are
+/// copied out of the state.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
 /// Per-evaluation limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -45,8 +56,16 @@ pub struct Limits {
     pub instructions: u64,
     /// Bytes one evaluation may allocate on top of what the state already holds.
     pub memory_bytes: usize,
-    /// Wall-clock time one evaluation may take.
+    /// Wall-clock time one evaluation may take, the conversion of its result included.
     pub wall_clock: Duration,
+    /// JSON values (objects, lists, scalars) one conversion out of Lua may produce: the
+    /// result, or one argument of a `kube` helper. Shared references and the input object
+    /// returned many times count every time they are expanded.
+    pub result_nodes: u64,
+    /// String bytes (object keys and string values) one conversion out of Lua may produce.
+    pub result_bytes: u64,
+    /// Nesting levels of one conversion out of Lua (a table that contains itself stops here).
+    pub result_depth: usize,
 }
 
 impl Default for Limits {
@@ -55,6 +74,33 @@ impl Default for Limits {
             instructions: 10_000_000,
             memory_bytes: 32 * 1024 * 1024,
             wall_clock: Duration::from_secs(1),
+            // A Kubernetes object is at most 1.5 MiB (etcd's request limit): real results
+            // stay far below these.
+            result_nodes: 1_000_000,
+            result_bytes: 16 * 1024 * 1024,
+            result_depth: 200,
+        }
+    }
+}
+
+impl Limits {
+    /// The configured bound of `limit`, in its unit (milliseconds for the wall clock).
+    pub fn bound(&self, limit: Limit) -> u64 {
+        match limit {
+            Limit::Instructions => self.instructions,
+            Limit::Memory => self.memory_bytes as u64,
+            Limit::WallClock => u64::try_from(self.wall_clock.as_millis()).unwrap_or(u64::MAX),
+            Limit::ResultNodes => self.result_nodes,
+            Limit::ResultBytes => self.result_bytes,
+            Limit::ResultDepth => self.result_depth as u64,
+        }
+    }
+
+    /// `limit` with its bound, for an error.
+    pub fn exceeded(&self, limit: Limit) -> Exceeded {
+        Exceeded {
+            limit,
+            bound: self.bound(limit),
         }
     }
 }
@@ -91,12 +137,13 @@ const TRIP_INSTRUCTIONS: u8 = 1;
 const TRIP_WALL_CLOCK: u8 = 2;
 const TRIP_MEMORY: u8 = 3;
 
-/// Shared between the hook, the pcall guard and the evaluation.
-struct Budget {
+/// Shared between the hook, the pcall guard, the `kube` helpers and the evaluation.
+pub(crate) struct Budget {
     instructions_left: AtomicI64,
     deadline_nanos: AtomicU64,
     tripped: AtomicU8,
     epoch: Instant,
+    limits: Limits,
 }
 
 impl Budget {
@@ -104,6 +151,26 @@ impl Budget {
         let _ =
             self.tripped
                 .compare_exchange(TRIP_NONE, what, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Stops the running script: the wall clock ran out in Rust code (a conversion).
+    pub(crate) fn trip_wall_clock(&self) {
+        self.trip(TRIP_WALL_CLOCK);
+    }
+
+    /// The bounds of a conversion out of Lua during the running evaluation.
+    pub(crate) fn bounds(&self) -> Bounds {
+        let deadline = self.deadline_nanos.load(Ordering::Relaxed);
+        Bounds {
+            nodes: self.limits.result_nodes,
+            bytes: self.limits.result_bytes,
+            depth: self.limits.result_depth,
+            deadline: (deadline != u64::MAX).then(|| self.epoch + Duration::from_nanos(deadline)),
+        }
     }
 
     fn tripped(&self) -> Option<Limit> {
@@ -121,139 +188,15 @@ pub struct Sandbox {
     lua: Lua,
     run: Function,
     lazy_metatable: Table,
+    /// Tables whose keys keep their insertion order (see `sandbox.lua`).
+    ordered_metatable: Table,
     factories: HashMap<u64, Function>,
     budget: Arc<Budget>,
     limits: Limits,
 }
 
 /// Lua code run once per state with the real globals: builds the base environment scripts see.
-const SETUP: &str = r##"
-local fatal, kube = ...
-local G = _G
-local pcall, xpcall, error, setmetatable, getmetatable, tostring, type, pairs =
-  pcall, xpcall, error, setmetatable, getmetatable, tostring, type, pairs
-local rawget, rawset, rawlen, next, select = rawget, rawset, rawlen, next, select
-local string, table, math, os = string, table, math, os
-
--- Lazy arguments: an object argument is an empty table with this metatable until first use;
--- then `materialize` (set per evaluation, from Rust) fills in one level and drops the metatable,
--- leaving a plain table. Scripts cannot tell: raw access functions are not offered.
-local materialize
-local LAZY = {}
-LAZY.__index = function(t, k) materialize(t) return rawget(t, k) end
-LAZY.__newindex = function(t, k, v) materialize(t) rawset(t, k, v) end
-LAZY.__len = function(t) materialize(t) return rawlen(t) end
-LAZY.__pairs = function(t) materialize(t) return next, t, nil end
-local function lazy_next(t, k)
-  if getmetatable(t) == LAZY then materialize(t) end
-  return next(t, k)
-end
--- Helpers that read whole pod templates get fully materialized tables.
-local function deep(v, depth)
-  if type(v) == "table" and depth < 100 then
-    for _, child in pairs(v) do deep(child, depth + 1) end
-  end
-end
-local kube_lazy = {}
-for name, f in pairs(kube) do
-  kube_lazy[name] = function(...)
-    for i = 1, select("#", ...) do deep((select(i, ...)), 0) end
-    return f(...)
-  end
-end
-
-local function readonly(name, lib)
-  return setmetatable({}, {
-    __index = lib,
-    __newindex = function() error("attempt to modify the read-only library '" .. name .. "'", 2) end,
-  })
-end
-
--- The string library without dump; 5.1 names kept for old scripts.
-local str = {}
-for k, v in G.pairs(string) do str[k] = v end
-str.dump = nil
-str.gfind = string.gmatch
--- Method calls on strings ("x"):upper() use the same restricted table.
-G.getmetatable("").__index = str
-
-local tab = {}
-for k, v in G.pairs(table) do tab[k] = v end
-tab.getn = function(t) return #t end
-tab.maxn = function(t)
-  local n = 0
-  for k in pairs(t) do if type(k) == "number" and k > n then n = k end end
-  return n
-end
-
-local m = {}
-for k, v in G.pairs(math) do m[k] = v end
-m.pow = function(x, y) return x ^ y end
-m.log10 = function(x) return math.log(x, 10) end
-m.mod = math.fmod
-
-local function pass(ok, ...)
-  if not ok and fatal((...)) then error((...), 0) end
-  return ok, ...
-end
-
-local kube_module = readonly("kube", kube_lazy)
-
-local base = {
-  _VERSION = G._VERSION,
-  assert = G.assert,
-  error = error,
-  ipairs = G.ipairs,
-  next = lazy_next,
-  pairs = G.pairs,
-  select = G.select,
-  tonumber = G.tonumber,
-  tostring = tostring,
-  type = type,
-  unpack = table.unpack,
-  print = function() end,
-  pcall = function(f, ...) return pass(pcall(f, ...)) end,
-  xpcall = function(f, handler, ...)
-    return pass(xpcall(f, function(e) if fatal(e) then return e end return handler(e) end, ...))
-  end,
-  require = function(name)
-    if name == "kube" then return kube_module end
-    error("module '" .. tostring(name) .. "' not found: only 'kube' is available", 2)
-  end,
-  string = readonly("string", str),
-  table = readonly("table", tab),
-  math = readonly("math", m),
-  os = readonly("os", { time = os.time, date = os.date }),
-}
-for _, name in G.ipairs({
-  "collectgarbage", "dofile", "getfenv", "getmetatable", "load", "loadfile", "loadstring",
-  "rawequal", "rawget", "rawlen", "rawset", "setfenv", "setmetatable", "module", "newproxy",
-}) do
-  base[name] = function()
-    error("call function " .. name .. " is not supported in the Lifeboat resource interpreter", 2)
-  end
-end
--- Each evaluation gets a plain table holding the base names (assigning nil to a global hides
--- the built-in, as in Karmada's plain globals table); built by one table constructor.
-local fields = {}
-for name in pairs(base) do fields[#fields + 1] = name .. " = b." .. name end
-local make = G.load("local b = ...\nreturn function()\n local e = {" .. table.concat(fields, ", ")
-  .. "}\n e._G = e\n return e\nend", "=lifeboat-env", "t", {})
-local new_env = make(base)
-
--- One call per evaluation: install the materializer, run the script body in fresh globals,
--- call the operation's function.
-local function run(factory, name, materializer, ...)
-  materialize = materializer
-  local env = new_env()
-  factory(env)
-  local f = rawget(env, name)
-  if f == nil then error("not found function " .. name, 0) end
-  if type(f) ~= "function" then error(name .. " is not a function: " .. type(f), 0) end
-  return f(...)
-end
-return run, LAZY
-"##;
+const SETUP: &str = include_str!("sandbox.lua");
 
 impl Sandbox {
     /// Builds a fresh state with the restricted libraries.
@@ -268,6 +211,7 @@ impl Sandbox {
             deadline_nanos: AtomicU64::new(u64::MAX),
             tripped: AtomicU8::new(TRIP_NONE),
             epoch: Instant::now(),
+            limits,
         });
 
         let fatal_budget = budget.clone();
@@ -287,12 +231,32 @@ impl Sandbox {
                 Ok(memory)
             })
             .map_err(|e| RunError::Setup(e.to_string()))?;
-        let kube = kube::module(&lua).map_err(|e| RunError::Setup(e.to_string()))?;
+        let setup_error = |e: mlua::Error| RunError::Setup(e.to_string());
+        // What pcall hands a script for an error raised in Rust (a helper's argument error):
+        // its message, as Karmada's Go helpers give, not an opaque userdata.
+        let error_text = lua
+            .create_function(|lua, error: LuaValue| match error {
+                LuaValue::Error(e) => {
+                    Ok(LuaValue::String(lua.create_string(lua_error_message(&e))?))
+                }
+                other => Ok(other),
+            })
+            .map_err(setup_error)?;
+        let ordered_metatable = lua.create_table().map_err(setup_error)?;
+        let kube =
+            kube::module(&lua, ordered_metatable.clone(), budget.clone()).map_err(setup_error)?;
         let (run, lazy_metatable): (Function, Table) = lua
             .load(SETUP)
             .set_name("=lifeboat-sandbox")
-            .call((fatal, kube))
-            .map_err(|e| RunError::Setup(e.to_string()))?;
+            .call((
+                fatal,
+                error_text,
+                kube,
+                ordered_metatable.clone(),
+                MAX_ERROR_MESSAGE_BYTES,
+                limits.result_depth,
+            ))
+            .map_err(setup_error)?;
 
         // Only the sandbox's environment tables reach scripts: drop the real globals that the
         // setup captured, so nothing else can find them.
@@ -339,6 +303,7 @@ impl Sandbox {
             lua,
             run,
             lazy_metatable,
+            ordered_metatable,
             factories: HashMap::new(),
             budget,
             limits,
@@ -355,9 +320,15 @@ impl Sandbox {
         if let Some(f) = self.factories.get(&script.id) {
             return Ok(f.clone());
         }
-        // `_ENV` as the first parameter gives each call its own globals; the script stays on
-        // the first line so error lines match the customization.
-        let wrapped = format!("return function(_ENV, ...) {}\nend", script.source);
+        // `_ENV` as the first parameter gives each call its own globals; the constructor hooks
+        // follow (see order.rs). The script stays on the first line so error lines match the
+        // customization.
+        let source = order::rewrite_constructors(&script.source).map_err(RunError::Compile)?;
+        let wrapped = format!(
+            "return function(_ENV, {}, {}, ...) {source}\nend",
+            order::TABLE_HOOK,
+            order::KEY_HOOK
+        );
         let chunk = self
             .lua
             .load(wrapped)
@@ -388,6 +359,7 @@ impl Sandbox {
         let lazy = Lazy {
             nodes: RefCell::new(HashMap::new()),
             metatable: self.lazy_metatable.clone(),
+            ordered: self.ordered_metatable.clone(),
         };
         let budget = &self.budget;
         let limits = self.limits;
@@ -425,23 +397,28 @@ impl Sandbox {
 
             let _ = lua.set_memory_limit(0);
             let tripped = budget.tripped();
-            // Disarm: conversions after the call are not charged.
+            // Disarm the hook; the deadline stays for the conversion of the results.
             budget.instructions_left.store(i64::MAX, Ordering::Relaxed);
-            budget.deadline_nanos.store(u64::MAX, Ordering::Relaxed);
             budget.tripped.store(TRIP_NONE, Ordering::Relaxed);
+            let outputs = Outputs {
+                lazy: &lazy,
+                bounds: budget.bounds(),
+                limits,
+            };
+            budget.deadline_nanos.store(u64::MAX, Ordering::Relaxed);
 
             if let Some(limit) = tripped {
                 if limit == Limit::Memory {
                     let _ = lua.gc_collect();
                 }
-                return Ok(Err(RunError::Limit(limit)));
+                return Ok(Err(RunError::Limit(limits.exceeded(limit))));
             }
             Ok(match outcome {
-                Ok(results) => take_results(lua, results, &Outputs { lazy: &lazy }),
+                Ok(results) => take_results(lua, results, &outputs),
                 Err(e) => {
                     if is_memory_error(&e) {
                         let _ = lua.gc_collect();
-                        Err(RunError::Limit(Limit::Memory))
+                        Err(RunError::Limit(limits.exceeded(Limit::Memory)))
                     } else {
                         Err(RunError::Script(lua_error_message(&e)))
                     }
@@ -488,6 +465,8 @@ fn is_flat(value: &Value) -> bool {
 struct Lazy<'a> {
     nodes: RefCell<HashMap<usize, &'a Value>>,
     metatable: Table,
+    /// Given to every table once it holds its fields.
+    ordered: Table,
 }
 
 impl<'a> Lazy<'a> {
@@ -496,7 +475,7 @@ impl<'a> Lazy<'a> {
         let (narr, nrec) = match value {
             Value::Object(map) if !map.is_empty() => (0, map.len()),
             Value::Array(items) if !items.is_empty() => (items.len(), 0),
-            other => return json_to_lua(lua, other),
+            other => return json_to_lua_with(lua, other, Some(&self.ordered)),
         };
         // Small all-scalar objects and lists (conditions, labels, selectors) are cheaper to
         // convert at once than to proxy and materialize later.
@@ -515,6 +494,7 @@ impl<'a> Lazy<'a> {
                 }
                 _ => {}
             }
+            table.set_metatable(Some(self.ordered.clone()))?;
             return Ok(LuaValue::Table(table));
         }
         let table = lua.create_table_with_capacity(narr, nrec)?;
@@ -525,9 +505,10 @@ impl<'a> Lazy<'a> {
         Ok(LuaValue::Table(table))
     }
 
-    /// Fills a lazy table with its source's first level and makes it a plain table.
-    /// Only called from the lazy metatable's metamethods, so `table` is a proxy.
+    /// Fills a lazy table with its source's first level and makes it an ordinary (ordered)
+    /// table. Only called from the lazy metatable's metamethods, so `table` is a proxy.
     fn materialize(&self, lua: &Lua, table: &Table) -> mlua::Result<()> {
+        table.set_metatable(Some(self.ordered.clone()))?;
         let Some(node) = self
             .nodes
             .borrow_mut()
@@ -535,7 +516,6 @@ impl<'a> Lazy<'a> {
         else {
             return Ok(());
         };
-        table.set_metatable(None)?;
         // The input is bounded and trusted: convert it outside the script's memory ceiling
         // (which also spares every call below mlua's protected mode).
         let ceiling = lua.set_memory_limit(0).unwrap_or(0);
@@ -588,15 +568,23 @@ impl<'a> Lazy<'a> {
     }
 }
 
-/// Converts an evaluation's Lua results to JSON; untouched lazy tables come straight from
-/// their JSON source, shaped as Lua would have returned them.
+/// Converts an evaluation's Lua results to JSON, within the result limits and the
+/// evaluation's deadline; untouched lazy tables come straight from their JSON source, shaped
+/// as Lua would have returned them.
 pub struct Outputs<'l, 'a> {
     lazy: &'l Lazy<'a>,
+    bounds: Bounds,
+    limits: Limits,
 }
 
 impl Outputs<'_, '_> {
-    pub fn to_json(&self, value: &LuaValue) -> Result<Value, EncodeError> {
-        lua_to_json_with(value, &|table| self.lazy.source(table).map(lua_shaped))
+    pub fn to_json(&self, value: &LuaValue) -> Result<Value, RunError> {
+        lua_to_json_with(value, self.bounds, &|table| self.lazy.source(table)).map_err(
+            |e| match e {
+                EncodeError::Limit(limit) => RunError::Limit(self.limits.exceeded(limit)),
+                EncodeError::Invalid(message) => RunError::Result(message),
+            },
+        )
     }
 }
 
@@ -610,14 +598,27 @@ fn is_memory_error(e: &mlua::Error) -> bool {
     }
 }
 
-/// The Lua error text without mlua's decorations (tracebacks stay out of one-line reports).
+/// The Lua error text without mlua's decorations (tracebacks stay out of one-line reports),
+/// at most [`MAX_ERROR_MESSAGE_BYTES`] long.
 pub(crate) fn lua_error_message(e: &mlua::Error) -> String {
-    match e {
+    let mut message = match e {
         mlua::Error::SyntaxError { message, .. } => message.clone(),
         mlua::Error::RuntimeError(message) => message.clone(),
         mlua::Error::MemoryError(message) => message.clone(),
-        mlua::Error::CallbackError { cause, .. } => lua_error_message(cause),
-        mlua::Error::WithContext { cause, .. } => lua_error_message(cause),
+        mlua::Error::CallbackError { cause, .. } => return lua_error_message(cause),
+        mlua::Error::WithContext { cause, .. } => return lua_error_message(cause),
         other => other.to_string(),
+    };
+    if let Some(traceback) = message.find("\nstack traceback:") {
+        message.truncate(traceback);
     }
+    if message.len() > MAX_ERROR_MESSAGE_BYTES {
+        let mut end = MAX_ERROR_MESSAGE_BYTES;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push_str("... (truncated)");
+    }
+    message
 }

@@ -1,4 +1,5 @@
-//! Sandbox behaviour: restricted libraries, limits that survive pcall, clean globals, caching.
+//! Sandbox behaviour: restricted libraries, limits that survive pcall, clean globals, caching,
+//! bounded values on the way out of Lua (results, `kube` helper arguments, error messages).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,9 +16,13 @@ fn indent(script: &str) -> String {
 }
 
 fn customization(name: &str, health_script: &str) -> String {
+    customization_of(name, "healthInterpretation", health_script)
+}
+
+fn customization_of(name: &str, field: &str, script: &str) -> String {
     format!(
-        "apiVersion: config.lifeboat.dev/v1alpha1\nkind: ResourceInterpreterCustomization\nmetadata:\n  name: {name}\nspec:\n  target:\n    apiVersion: example.com/v1\n    kind: Widget\n  customizations:\n    healthInterpretation:\n      luaScript: |\n{}",
-        indent(health_script)
+        "apiVersion: config.lifeboat.dev/v1alpha1\nkind: ResourceInterpreterCustomization\nmetadata:\n  name: {name}\nspec:\n  target:\n    apiVersion: example.com/v1\n    kind: Widget\n  customizations:\n    {field}:\n      luaScript: |\n{}",
+        indent(script)
     )
 }
 
@@ -27,6 +32,7 @@ fn small_limits() -> Limits {
         instructions: 2_000_000,
         memory_bytes: 4 * 1024 * 1024,
         wall_clock: Duration::from_secs(2),
+        ..Limits::default()
     }
 }
 
@@ -167,6 +173,7 @@ fn wall_clock_limit_stops_slow_scripts() {
         instructions: u64::MAX / 2,
         memory_bytes: 4 * 1024 * 1024,
         wall_clock: Duration::from_millis(50),
+        ..Limits::default()
     };
     let interpreter = interpreter_with(
         limits,
@@ -365,5 +372,247 @@ fn scripts_are_compiled_once_per_state() {
         cached(&interpreter),
         2,
         "a second script gets its own chunk"
+    );
+}
+
+// ---- Values leaving Lua are bounded (issue 7) ----
+
+/// A ReflectStatus customization: its result is converted to JSON whatever its shape.
+fn status_interpreter(limits: Limits, script: &str) -> Interpreter {
+    let runtime = Arc::new(Runtime::new(RuntimeConfig {
+        limits,
+        pool_size: 1,
+    }));
+    let mut interpreter = Interpreter::new(runtime);
+    interpreter
+        .add_yaml(&customization_of("hostile", "statusReflection", script))
+        .unwrap();
+    interpreter
+}
+
+/// The result of `script` (a ReflectStatus body) trips `expected`, quickly, with a message that
+/// names the limit; the state then runs a good script, and the hostile one is stopped again.
+fn assert_result_limit(limits: Limits, input: &Value, script: &str, expected: Limit) {
+    let interpreter = status_interpreter(
+        limits,
+        &format!("function ReflectStatus(obj)\n{}\nend", script),
+    );
+    for _ in 0..2 {
+        let started = Instant::now();
+        let err = interpreter.reflect_status(input).unwrap_err();
+        assert_eq!(err.limit(), Some(expected), "{script}: {err}");
+        assert!(
+            err.to_string()
+                .contains(&format!("(limit {})", expected.name())),
+            "{err}"
+        );
+        // Bounded work: an unbounded expansion would not finish at all.
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "took {:?}",
+            started.elapsed()
+        );
+        healthy_after(interpreter.runtime());
+    }
+}
+
+/// A Deployment-sized object: about 150 JSON values.
+fn big_object() -> Value {
+    let containers: Vec<Value> = (0..6)
+        .map(|i| {
+            json!({"name": format!("c{i}"), "image": "registry.example/app:1.2.3",
+                   "args": ["--port", "8080", "--verbose"],
+                   "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                   "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}})
+        })
+        .collect();
+    json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "labels": {"a": "1"}},
+           "spec": {"template": {"spec": {"containers": containers}}}, "status": {"ready": true}})
+}
+
+/// Limits for the result tests: a node bound small enough that unoptimised test builds reach
+/// it quickly, and a wall clock that a loaded machine does not reach first.
+fn node_limits() -> Limits {
+    Limits {
+        result_nodes: 100_000,
+        ..generous_clock()
+    }
+}
+
+fn generous_clock() -> Limits {
+    Limits {
+        wall_clock: Duration::from_secs(30),
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn shared_references_in_a_result_are_bounded() {
+    // 64 levels of {t, t}: a few kilobytes in Lua, 2^64 values as JSON.
+    assert_result_limit(
+        node_limits(),
+        &widget(),
+        "local t = {}\nfor i = 1, 64 do t = {t, t} end\nreturn {expanded = t}",
+        Limit::ResultNodes,
+    );
+}
+
+#[test]
+fn the_input_object_returned_many_times_is_bounded() {
+    // 10,000 references to the (lazy, never read) input: charged per copy before any copy is made.
+    assert_result_limit(
+        node_limits(),
+        &big_object(),
+        "local copies = {}\nfor i = 1, 10000 do copies[i] = obj end\nreturn {copies = copies}",
+        Limit::ResultNodes,
+    );
+    // The same with the input read first (materialized tables, converted node by node).
+    assert_result_limit(
+        node_limits(),
+        &big_object(),
+        "local n = #obj.spec.template.spec.containers\nlocal copies = {}\nfor i = 1, 10000 do copies[i] = obj end\nreturn {copies = copies}",
+        Limit::ResultNodes,
+    );
+}
+
+#[test]
+fn deep_results_are_bounded() {
+    assert_result_limit(
+        generous_clock(),
+        &widget(),
+        "local t = {}\nfor i = 1, 300 do t = {t} end\nreturn {deep = t}",
+        Limit::ResultDepth,
+    );
+    // A table that contains itself ends the same way.
+    assert_result_limit(
+        generous_clock(),
+        &widget(),
+        "local t = {}\nt.self = t\nreturn t",
+        Limit::ResultDepth,
+    );
+}
+
+#[test]
+fn wide_results_are_bounded() {
+    assert_result_limit(
+        node_limits(),
+        &widget(),
+        "local t = {}\nfor i = 1, 200000 do t[i] = i end\nreturn {wide = t}",
+        Limit::ResultNodes,
+    );
+}
+
+#[test]
+fn large_strings_repeated_in_a_result_are_bounded() {
+    // 1 MB in Lua, 100 MB as JSON.
+    assert_result_limit(
+        generous_clock(),
+        &widget(),
+        "local s = string.rep('x', 1000000)\nlocal t = {}\nfor i = 1, 100 do t[i] = s end\nreturn {strings = t}",
+        Limit::ResultBytes,
+    );
+}
+
+#[test]
+fn the_wall_clock_covers_the_conversion_of_the_result() {
+    let limits = Limits {
+        wall_clock: Duration::from_millis(20),
+        result_nodes: u64::MAX / 2,
+        result_bytes: u64::MAX / 2,
+        ..Limits::default()
+    };
+    // Built in microseconds, 2^23 values to convert.
+    assert_result_limit(
+        limits,
+        &widget(),
+        "local t = {}\nfor i = 1, 22 do t = {t, t} end\nreturn {expanded = t}",
+        Limit::WallClock,
+    );
+}
+
+#[test]
+fn results_within_the_limits_are_unchanged() {
+    let interpreter = status_interpreter(
+        Limits::default(),
+        "function ReflectStatus(obj)\n  local t = {}\n  for i = 1, 3 do t[i] = {n = i, tags = {'a', 'b'}} end\n  return {items = t, spec = obj.spec}\nend",
+    );
+    let status = interpreter.reflect_status(&widget()).unwrap().unwrap();
+    assert_eq!(status["items"][2], json!({"n": 3, "tags": ["a", "b"]}));
+    assert_eq!(status["spec"], Value::Null);
+}
+
+#[test]
+fn kube_helper_arguments_are_bounded() {
+    let limits = Limits {
+        result_nodes: 10_000,
+        ..Limits::default()
+    };
+    // A pod template with shared references: stopped at the node bound, with the limit named.
+    let interpreter = status_interpreter(
+        limits,
+        "local kube = require('kube')\nfunction ReflectStatus(obj)\n  local t = {}\n  for i = 1, 40 do t = {t, t} end\n  local ok, err = pcall(kube.accuratePodRequirements, {spec = {containers = t}})\n  return {ok = ok, err = err}\nend",
+    );
+    let status = interpreter.reflect_status(&widget()).unwrap().unwrap();
+    assert_eq!(status["ok"], json!(false));
+    let err = status["err"].as_str().unwrap();
+    assert!(
+        err.contains("accuratePodRequirements") && err.contains("(limit result_nodes)"),
+        "{err}"
+    );
+    // Quantity and namespace strings are refused by length before they are copied.
+    let interpreter = status_interpreter(
+        Limits::default(),
+        "local kube = require('kube')\nfunction ReflectStatus(obj)\n  local huge = string.rep('1', 10000000)\n  local a, e1 = pcall(kube.resourceAdd, huge)\n  local b, e2 = pcall(kube.getResourceQuantity, huge)\n  local c, e3 = pcall(kube.getPodDependencies, {spec = {}}, huge)\n  return {a = a, b = b, c = c, e1 = e1, e2 = e2, e3 = e3}\nend",
+    );
+    let status = interpreter.reflect_status(&widget()).unwrap().unwrap();
+    for (ok, err) in [("a", "e1"), ("b", "e2"), ("c", "e3")] {
+        assert_eq!(status[ok], json!(false));
+        let err = status[err].as_str().unwrap();
+        assert!(err.contains("10000000 bytes") && err.len() < 200, "{err}");
+    }
+}
+
+#[test]
+fn error_messages_are_truncated_in_lua() {
+    let interpreter = interpreter_with(
+        Limits::default(),
+        1,
+        "function InterpretHealth(obj)\n  if obj.metadata.name == 'table' then error({}) end\n  error(string.rep('x', 10000000))\nend",
+    );
+    let err = interpreter
+        .interpret_health(&widget())
+        .unwrap_err()
+        .to_string();
+    assert!(err.len() < 4096 + 200, "{} bytes", err.len());
+    assert!(
+        err.ends_with("... (truncated)"),
+        "{}",
+        &err[err.len() - 40..]
+    );
+    let mut table = widget();
+    table["metadata"]["name"] = json!("table");
+    let err = interpreter
+        .interpret_health(&table)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("(error object is a table value)"), "{err}");
+    healthy_after(interpreter.runtime());
+}
+
+#[test]
+fn memory_stays_bounded_during_a_long_c_call() {
+    // One C call each, allocating through Lua's allocator: stopped at the memory limit inside
+    // the call, not after it.
+    assert_limit(
+        "function InterpretHealth(obj)\n  local s = string.rep('x', 100000)\n  local t = {}\n  for i = 1, 1000 do t[i] = s end\n  return #table.concat(t) > 0\nend",
+        Limit::Memory,
+    );
+    assert_limit(
+        "function InterpretHealth(obj)\n  local s = string.rep('x', 100000)\n  return #string.gsub(s, 'x', string.rep('y', 1000)) > 0\nend",
+        Limit::Memory,
+    );
+    assert_limit(
+        "function InterpretHealth(obj)\n  return #string.rep('x', 100000, string.rep(',', 1000)) > 0\nend",
+        Limit::Memory,
     );
 }

@@ -40,9 +40,6 @@ use lifeboat_api::protocol::{
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::{nodes, wait};
 use lifeboat_hub::work_store::WorkStore;
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair, KeyUsagePurpose};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};
 use support::T;
 use tokio::net::{TcpListener, TcpStream};
@@ -379,27 +376,16 @@ fn standby_router(leader: String, hits: Arc<AtomicUsize>) -> Router {
 // for 127.0.0.1.
 
 fn certificates() -> Result<(String, Arc<rustls::ServerConfig>), TestError> {
-    let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca = CertifiedIssuer::self_signed(ca_params, ca_key)?;
-    let key = KeyPair::generate()?;
-    let params = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])?;
-    let cert = params.signed_by(&key, &ca)?;
-    let chain = vec![CertificateDer::from_pem_slice(cert.pem().as_bytes())?];
-    let key = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes())?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_no_client_auth()
-    .with_single_cert(chain, key)?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok((ca.pem(), Arc::new(config)))
+    let validity = || lifeboat_tls::Validity::starting_now(Duration::from_secs(3600));
+    let ca = lifeboat_tls::CertificateAuthority::generate("test-hub-ca", validity())?;
+    let serving = ca.serving_certificate(
+        "127.0.0.1",
+        &["127.0.0.1".to_string(), "localhost".to_string()],
+        validity(),
+    )?;
+    let config =
+        lifeboat_tls::ReloadingResolver::new(serving)?.server_config(vec![b"http/1.1".to_vec()])?;
+    Ok((ca.cert_pem().to_string(), config))
 }
 
 struct TlsListener {
@@ -497,7 +483,7 @@ async fn start_agent(
     member: &str,
     hub: HubOptions,
 ) -> Result<(agent::SpawnedAgent, SocketAddr), TestError> {
-    let metrics: SocketAddr = ([127, 0, 0, 1], support::free_port()).into();
+    let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
     let options = AgentOptions {
         kubeconfig: Some(ctx.fleet.kubeconfig(member)?),
         config: OperatorConfig::default(),

@@ -7,7 +7,9 @@ use k8s_openapi::api::core::v1::{PodSchedulingGate, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
+
+use crate::serde_helpers::null_as_default;
 
 /// How many phase changes `status.transitions` keeps (MCAD v2 kept 20 too).
 pub const MAX_TRANSITIONS: usize = 20;
@@ -267,7 +269,7 @@ pub struct AppWrapperStatus {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
-    #[schemars(schema_with = "crate::serde_util::conditions_schema")]
+    #[schemars(schema_with = "crate::serde_helpers::conditions_schema")]
     pub conditions: Vec<Condition>,
 
     /// ComponentStatus parallels the Components array in the Spec and tracks the actually
@@ -353,7 +355,7 @@ pub struct AppWrapperComponentStatus {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
-    #[schemars(schema_with = "crate::serde_util::conditions_schema")]
+    #[schemars(schema_with = "crate::serde_helpers::conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 
@@ -363,16 +365,6 @@ fn is_false(b: &bool) -> bool {
 
 fn is_zero(n: &i32) -> bool {
     *n == 0
-}
-
-/// `field: null` (or a bare `field:` in YAML) means the same as an absent field: the apiserver
-/// prunes such nulls, so files it accepts must deserialise too.
-fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Default + Deserialize<'de>,
-{
-    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 /// The wrapped object: any Kubernetes object. The apiserver checks `apiVersion`, `kind` and

@@ -158,9 +158,10 @@ pub fn compare(expected: &Value, actual: &Actual) -> Result<(), String> {
             }
         }
         Actual::Requires(value) => {
-            let expected: ReplicaRequirements = serde_json::from_value(expected.clone())
+            // `requires: null`: the script must return no requirements.
+            let expected: Option<ReplicaRequirements> = serde_json::from_value(expected.clone())
                 .map_err(|e| format!("expected requires is not ReplicaRequirements: {e}"))?;
-            if value.as_ref() == Some(&expected) {
+            if *value == expected {
                 Ok(())
             } else {
                 mismatch()
@@ -301,5 +302,14 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn null_requires_expects_no_requirements() {
+        assert!(compare(&Value::Null, &Actual::Requires(None)).is_ok());
+        let some: ReplicaRequirements =
+            serde_json::from_value(json!({"resourceRequest": {"cpu": "1"}})).unwrap();
+        let err = compare(&Value::Null, &Actual::Requires(Some(some))).unwrap_err();
+        assert!(err.contains("expected null"), "{err}");
     }
 }

@@ -218,8 +218,23 @@ fn check_layout(
     Ok(())
 }
 
+/// How a case's `output` is checked against the results of its operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Expectations {
+    /// Karmada's rule: a result without an expected value is not checked.
+    #[default]
+    Karmada,
+    /// Every result must have an expected value (`requires: null` for no requirements), so a
+    /// wrong result cannot pass unnoticed. Lifeboat's built-in cases use this.
+    Strict,
+}
+
 /// Runs every case below `root`.
-pub fn run_dir(root: &Path, runtime: &Arc<Runtime>) -> Result<Report, String> {
+pub fn run_dir(
+    root: &Path,
+    runtime: &Arc<Runtime>,
+    expectations: Expectations,
+) -> Result<Report, String> {
     let mut files = Vec::new();
     walk(root, true, &mut files).map_err(|e| format!("cannot read {}: {e}", root.display()))?;
     let customization_files: Vec<PathBuf> = files
@@ -234,12 +249,18 @@ pub fn run_dir(root: &Path, runtime: &Arc<Runtime>) -> Result<Report, String> {
     }
     let mut report = Report::default();
     for file in customization_files {
-        run_kind(root, &file, runtime, &mut report);
+        run_kind(root, &file, runtime, expectations, &mut report);
     }
     Ok(report)
 }
 
-fn run_kind(root: &Path, file: &Path, runtime: &Arc<Runtime>, report: &mut Report) {
+fn run_kind(
+    root: &Path,
+    file: &Path,
+    runtime: &Arc<Runtime>,
+    expectations: Expectations,
+    report: &mut Report,
+) {
     let fail_file = |report: &mut Report, reason: String| {
         report.failures.push(Failure {
             case: file.display().to_string(),
@@ -281,7 +302,7 @@ fn run_kind(root: &Path, file: &Path, runtime: &Arc<Runtime>, report: &mut Repor
                         "[{}/{}]:{}",
                         customization.metadata.name, case.operation, case.name
                     ),
-                    run_case(&interpreter, case),
+                    run_case(&interpreter, case, expectations),
                 ),
                 Err(reason) => (
                     format!("[{}]:<unreadable case>", customization.metadata.name),
@@ -300,7 +321,11 @@ fn run_kind(root: &Path, file: &Path, runtime: &Arc<Runtime>, report: &mut Repor
     }
 }
 
-fn run_case(interpreter: &Interpreter, case: &Case) -> Result<(), String> {
+fn run_case(
+    interpreter: &Interpreter,
+    case: &Case,
+    expectations: Expectations,
+) -> Result<(), String> {
     let operation = Operation::from_name(&case.operation).ok_or_else(|| {
         format!(
             "operation {:?} is not supported; use one of: {}",
@@ -311,10 +336,19 @@ fn run_case(interpreter: &Interpreter, case: &Case) -> Result<(), String> {
     let results = rule::run(interpreter, operation, &case.args)?;
     let mut checked = Vec::new();
     for (key, actual) in &results {
-        // A result without an expectation is not checked (Karmada only logs it).
-        if let Some(expected) = case.output.get(*key) {
-            compare(expected, actual).map_err(|e| format!("{key}: {e}"))?;
-            checked.push(*key);
+        match case.output.get(*key) {
+            Some(expected) => {
+                compare(expected, actual).map_err(|e| format!("{key}: {e}"))?;
+                checked.push(*key);
+            }
+            // Karmada only logs a result without an expectation.
+            None if expectations == Expectations::Karmada => {}
+            None => {
+                return Err(format!(
+                    "output has no {key:?}: every result of {operation} needs an expected value \
+                     (`{key}: null` when there is none)"
+                ));
+            }
         }
     }
     for key in case.output.keys() {

@@ -590,8 +590,12 @@ mod tests {
             err.to_string(),
             "--hub-ca-file ca.pem: holds no certificate"
         );
-        let ca = rcgen::generate_simple_self_signed(vec!["hub".into()]).expect("cert");
-        let pem = ca.cert.pem();
+        let ca = lifeboat_tls::CertificateAuthority::generate(
+            "hub",
+            lifeboat_tls::Validity::starting_now(std::time::Duration::from_secs(3600)),
+        )
+        .expect("cert");
+        let pem = ca.cert_pem();
         assert!(tls_config(Some(("ca.pem", pem.as_bytes()))).is_ok());
     }
 }
