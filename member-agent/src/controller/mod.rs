@@ -5,6 +5,7 @@
 
 mod apply;
 mod observe;
+pub mod queue;
 pub mod watches;
 
 use std::sync::{Arc, RwLock};
@@ -14,6 +15,7 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Resource, ResourceExt};
 use lifeboat_api::appwrapper::constants::FINALIZER;
@@ -81,6 +83,8 @@ pub struct Context {
     pub components: ComponentWatches,
     pub recorder: Recorder,
     pub metrics: Metrics,
+    /// When each AppWrapper was first asked for since its last reconcile started.
+    pub queue: Arc<queue::QueueClock>,
     /// Name of the cluster this agent runs in (for logs and spans).
     pub cluster: String,
 }
@@ -109,6 +113,7 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let (tx, rx) = futures::channel::mpsc::unbounded();
+    let queue = Arc::new(queue::QueueClock::default());
     let pods = Arc::new(RwLock::new(PodIndex::default()));
     let nodes = Arc::new(RwLock::new(NodeHealthIndex::new(
         config.autopilot.clone(),
@@ -128,6 +133,7 @@ pub async fn run(
             },
         ),
         metrics,
+        queue: queue.clone(),
         cluster: options.cluster,
     });
     tokio::spawn(watches::watch_pods(
@@ -145,14 +151,35 @@ pub async fn run(
         .default_backoff()
         .modify(|aw| aw.managed_fields_mut().clear())
         .reflect(writer)
-        .applied_objects();
+        .applied_objects()
+        .inspect({
+            let queue = queue.clone();
+            move |aw| {
+                if let Ok(aw) = aw {
+                    queue.triggered(
+                        AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any()),
+                        Instant::now(),
+                    );
+                }
+            }
+        });
+    let triggers = rx.map(move |(object, at): (ObjectRef<AppWrapper>, Instant)| {
+        queue.triggered(
+            AwKey::new(
+                object.namespace.clone().unwrap_or_default(),
+                object.name.clone(),
+            ),
+            at,
+        );
+        object
+    });
     Controller::for_stream(appwrappers, reader)
         .with_config(
             ControllerConfig::default()
                 .concurrency(options.concurrency)
                 .debounce(Duration::ZERO),
         )
-        .reconcile_on(rx)
+        .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -182,7 +209,14 @@ async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Err
     let started = Instant::now();
     let namespace = aw.namespace().unwrap_or_default();
     let name = aw.name_any();
-    let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %namespace, appwrapper = %name);
+    let queue_wait = ctx
+        .queue
+        .started(&AwKey::new(namespace.clone(), name.clone()), started);
+    if let Some(wait) = queue_wait {
+        ctx.metrics.reconcile_queue_wait.observe(wait.as_secs_f64());
+    }
+    let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %namespace, appwrapper = %name,
+        queue_wait_ms = queue_wait.map(|w| w.as_secs_f64() * 1000.0));
     ctx.metrics.reconciles.inc();
     let result = reconcile_appwrapper(&aw, &ctx).instrument(span).await;
     ctx.metrics
