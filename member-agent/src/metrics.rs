@@ -1,7 +1,9 @@
 //! Prometheus metrics of the agent. Labels stay low-cardinality: namespace and phase (as
 //! upstream's `appwrapper_phase_total`), result, error kind.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts, Registry,
+};
 
 /// Buckets of the reconcile time and queue wait histograms (the same, so they compare).
 const LATENCY_BUCKETS: [f64; 15] = [
@@ -13,10 +15,15 @@ pub struct Metrics {
     /// Upstream-compatible: incremented on every phase change.
     pub phase_total: IntCounterVec,
     pub reconciles: IntCounter,
+    /// Reconciles not run because the cached AppWrapper was older than this agent's last write.
+    pub reconciles_skipped_stale: IntCounter,
     pub reconcile_errors: IntCounterVec,
     pub reconcile_duration: Histogram,
     /// From the first watch event that asked for a reconcile to its start.
     pub reconcile_queue_wait: Histogram,
+    /// Round trip of the API requests a reconcile waits for, by request (status write,
+    /// finalizer write, Event, confirming read, ...): what a reconcile's time is made of.
+    pub api_request_duration: HistogramVec,
     /// Resets started, by cause (Unhealthy reason).
     pub resets: IntCounterVec,
 }
@@ -30,6 +37,10 @@ impl Metrics {
         let reconciles = IntCounter::new(
             "lifeboat_agent_reconciles_total",
             "AppWrapper reconciles run",
+        )?;
+        let reconciles_skipped_stale = IntCounter::new(
+            "lifeboat_agent_reconciles_skipped_stale_total",
+            "Reconciles skipped because the cached AppWrapper was older than the agent's own last write",
         )?;
         let reconcile_errors = IntCounterVec::new(
             Opts::new(
@@ -49,6 +60,14 @@ impl Metrics {
             "lifeboat_agent_reconcile_queue_wait_seconds",
             "Time from the first watch event that asked for an AppWrapper reconcile to its start",
         )?;
+        let api_request_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "lifeboat_agent_api_request_duration_seconds",
+                "Round trip of the API requests a reconcile makes, by request",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+            &["request"],
+        )?;
         let resets = IntCounterVec::new(
             Opts::new(
                 "lifeboat_agent_appwrapper_resets_total",
@@ -58,16 +77,20 @@ impl Metrics {
         )?;
         registry.register(Box::new(phase_total.clone()))?;
         registry.register(Box::new(reconciles.clone()))?;
+        registry.register(Box::new(reconciles_skipped_stale.clone()))?;
         registry.register(Box::new(reconcile_errors.clone()))?;
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(reconcile_queue_wait.clone()))?;
+        registry.register(Box::new(api_request_duration.clone()))?;
         registry.register(Box::new(resets.clone()))?;
         Ok(Self {
             phase_total,
             reconciles,
+            reconciles_skipped_stale,
             reconcile_errors,
             reconcile_duration,
             reconcile_queue_wait,
+            api_request_duration,
             resets,
         })
     }
@@ -85,6 +108,9 @@ mod tests {
         m.phase_total.with_label_values(&["ns", "Running"]).inc();
         m.reconcile_errors.with_label_values(&["kube"]).inc();
         m.reconcile_queue_wait.observe(0.02);
+        m.api_request_duration
+            .with_label_values(&["status"])
+            .observe(0.004);
         let mut out = Vec::new();
         prometheus::TextEncoder::new()
             .encode(&registry.gather(), &mut out)
@@ -93,7 +119,12 @@ mod tests {
         assert!(text.contains("appwrapper_phase_total{namespace=\"ns\",phase=\"Running\"} 1"));
         assert!(text.contains("lifeboat_agent_reconcile_errors_total{error=\"kube\"} 1"));
         assert!(text.contains("lifeboat_agent_reconcile_queue_wait_seconds_bucket{le=\"0.01\"} 0"));
-        assert!(text.contains("lifeboat_agent_reconcile_queue_wait_seconds_bucket{le=\"0.025\"} 1"));
+        assert!(
+            text.contains("lifeboat_agent_reconcile_queue_wait_seconds_bucket{le=\"0.025\"} 1")
+        );
+        assert!(text.contains(
+            "lifeboat_agent_api_request_duration_seconds_bucket{request=\"status\",le=\"0.005\"} 1"
+        ));
         // Registering twice in one registry is refused (no silent duplicate series).
         assert!(Metrics::new(&registry).is_err());
     }

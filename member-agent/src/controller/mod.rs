@@ -7,6 +7,7 @@ mod apply;
 mod observe;
 pub mod queue;
 pub mod watches;
+pub mod written;
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -85,6 +86,8 @@ pub struct Context {
     pub metrics: Metrics,
     /// When each AppWrapper was first asked for since its last reconcile started.
     pub queue: Arc<queue::QueueClock>,
+    /// Versions this agent wrote over, to skip reconciles of a copy the cache has not updated.
+    pub written: written::WrittenVersions,
     /// Name of the cluster this agent runs in (for logs and spans).
     pub cluster: String,
 }
@@ -95,6 +98,21 @@ impl Context {
             .autopilot
             .as_ref()
             .is_some_and(|a| a.monitor_nodes)
+    }
+
+    /// Awaits one API request, observing its round trip under `request` (a fixed name).
+    async fn timed<T>(
+        &self,
+        request: &'static str,
+        call: impl std::future::Future<Output = T>,
+    ) -> T {
+        let started = Instant::now();
+        let out = call.await;
+        self.metrics
+            .api_request_duration
+            .with_label_values(&[request])
+            .observe(started.elapsed().as_secs_f64());
+        out
     }
 }
 
@@ -134,6 +152,7 @@ pub async fn run(
         ),
         metrics,
         queue: queue.clone(),
+        written: written::WrittenVersions::default(),
         cluster: options.cluster,
     });
     tokio::spawn(watches::watch_pods(
@@ -205,17 +224,29 @@ fn error_policy(aw: Arc<AppWrapper>, error: &Error, ctx: Arc<Context>) -> Action
     }
 }
 
+/// When a reconcile skipped as stale looks again if no watch event came first.
+const STALE_COPY_RECHECK: Duration = Duration::from_secs(1);
+
 async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let namespace = aw.namespace().unwrap_or_default();
-    let name = aw.name_any();
-    let queue_wait = ctx
-        .queue
-        .started(&AwKey::new(namespace.clone(), name.clone()), started);
+    let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
+    if ctx
+        .written
+        .is_stale(&key, aw.meta().resource_version.as_deref())
+    {
+        // This agent already wrote over this copy; the watch event of the new version (on its
+        // way) triggers the reconcile that counts, and its queue wait still runs from the first
+        // trigger. The timer only covers a watch that lost the event.
+        ctx.metrics.reconciles_skipped_stale.inc();
+        tracing::debug!(cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
+            "cached copy older than our last write; skipped");
+        return Ok(Action::requeue(STALE_COPY_RECHECK));
+    }
+    let queue_wait = ctx.queue.started(&key, started);
     if let Some(wait) = queue_wait {
         ctx.metrics.reconcile_queue_wait.observe(wait.as_secs_f64());
     }
-    let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %namespace, appwrapper = %name,
+    let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
         queue_wait_ms = queue_wait.map(|w| w.as_secs_f64() * 1000.0));
     ctx.metrics.reconciles.inc();
     let result = reconcile_appwrapper(&aw, &ctx).instrument(span).await;
@@ -301,6 +332,8 @@ async fn reconcile_appwrapper(aw: &AppWrapper, ctx: &Context) -> Result<Action, 
     apply::publish_events(aw, &final_decision.events, ctx).await;
     if final_decision.finalizer == FinalizerChange::Remove {
         writer.remove_finalizer().await?;
+        // Released: no later version of this object needs waiting for.
+        ctx.written.settled(&key);
         return Ok(Action::await_change());
     }
     Ok(match final_decision.requeue_after {
