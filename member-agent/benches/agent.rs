@@ -266,8 +266,9 @@ async fn bench(
         let after = scrape(metrics).await;
         seen.report(
             &format!(
-                "one at a time, 200 ms apart, {} AppWrappers present",
-                args.appwrappers
+                "one at a time, 200 ms apart, {} AppWrappers present; load average {}",
+                args.appwrappers,
+                load_average()
             ),
             &names,
         );
@@ -304,10 +305,11 @@ async fn bench(
         let after = scrape(metrics).await;
         let spread = seen.pod_failed_spread(&names);
         println!(
-            "burst of {burst}: the {burst} fail patches returned within {:.0} ms; the pods were seen Failed over {:.0} ms; the last Unhealthy seen {:.0} ms after the first patch",
+            "burst of {burst}: the {burst} fail patches returned within {:.0} ms; the pods were seen Failed over {:.0} ms; the last Unhealthy seen {:.0} ms after the first patch; machine load average (1 min) {}",
             issued.as_secs_f64() * 1000.0,
             spread.as_secs_f64() * 1000.0,
             all_noticed.as_secs_f64() * 1000.0,
+            load_average(),
         );
         seen.report(
             &format!(
@@ -319,6 +321,14 @@ async fn bench(
         report_agent(&before, &after);
     }
     Ok(())
+}
+
+/// The machine's 1-minute load average: other builds on the shared machine skew the figures.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// When this process saw each AppWrapper's first failed pod and its Unhealthy condition.
@@ -528,18 +538,45 @@ struct Histogram {
     count: f64,
 }
 
-type Scrape = HashMap<String, Histogram>;
+/// The agent's metrics at one moment: histograms and counters, keyed by name and labels
+/// (`le` excluded), e.g. `lifeboat_agent_api_request_duration_seconds{request="status"}`.
+#[derive(Debug, Default)]
+struct Scrape {
+    histograms: HashMap<String, Histogram>,
+    counters: HashMap<String, f64>,
+}
 
-/// The agent's histograms now (empty when /metrics cannot be read).
+/// `name{labels}` without the `le` label, and the `le` bound if there was one.
+fn series_key(name: &str, labels: &str) -> (String, Option<f64>) {
+    let mut le = None;
+    let kept: Vec<&str> = labels
+        .split(',')
+        .filter(|kv| !kv.is_empty())
+        .filter(|kv| match kv.strip_prefix("le=\"") {
+            Some(v) => {
+                le = v.trim_end_matches('"').parse::<f64>().ok();
+                false
+            }
+            None => true,
+        })
+        .collect();
+    if kept.is_empty() {
+        (name.to_string(), le)
+    } else {
+        (format!("{name}{{{}}}", kept.join(",")), le)
+    }
+}
+
+/// The agent's metrics now (empty when /metrics cannot be read).
 async fn scrape(addr: SocketAddr) -> Scrape {
     let text = match http_get(addr, "/metrics").await {
         Ok(text) => text,
         Err(e) => {
             eprintln!("reading the agent's /metrics: {e}");
-            return Scrape::new();
+            return Scrape::default();
         }
     };
-    let mut out = Scrape::new();
+    let mut out = Scrape::default();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
         let Some((series, value)) = line.rsplit_once(' ') else {
             continue;
@@ -547,27 +584,31 @@ async fn scrape(addr: SocketAddr) -> Scrape {
         let Ok(value) = value.parse::<f64>() else {
             continue;
         };
-        if let Some((name, rest)) = series.split_once("_bucket{") {
-            let Some(le) = rest
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("le=\""))
-                .and_then(|v| {
-                    v.trim_end_matches('}')
-                        .trim_end_matches('"')
-                        .parse::<f64>()
-                        .ok()
-                })
-            else {
-                continue;
-            };
-            out.entry(name.to_string())
+        let (name, labels) = match series.split_once('{') {
+            Some((name, rest)) => (name, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if let Some(base) = name.strip_suffix("_bucket") {
+            let (key, le) = series_key(base, labels);
+            if let Some(le) = le {
+                out.histograms
+                    .entry(key)
+                    .or_default()
+                    .buckets
+                    .push((le, value));
+            }
+        } else if let Some(base) = name.strip_suffix("_sum") {
+            out.histograms
+                .entry(series_key(base, labels).0)
                 .or_default()
-                .buckets
-                .push((le, value));
-        } else if let Some(name) = series.strip_suffix("_sum") {
-            out.entry(name.to_string()).or_default().sum = value;
-        } else if let Some(name) = series.strip_suffix("_count") {
-            out.entry(name.to_string()).or_default().count = value;
+                .sum = value;
+        } else if let Some(base) = name.strip_suffix("_count") {
+            out.histograms
+                .entry(series_key(base, labels).0)
+                .or_default()
+                .count = value;
+        } else {
+            out.counters.insert(series_key(name, labels).0, value);
         }
     }
     out
@@ -620,22 +661,38 @@ impl Histogram {
     }
 }
 
-/// Prints, for the reconciles between two scrapes, how long they waited and how long they ran.
+/// Prints, for the reconciles between two scrapes, how long they waited and how long they ran,
+/// what their API requests took, and how many were skipped or failed.
 fn report_agent(before: &Scrape, after: &Scrape) {
-    for (name, what) in [
-        ("lifeboat_agent_reconcile_queue_wait_seconds", "queue wait"),
+    let mut histograms: Vec<(String, String)> = vec![
         (
-            "lifeboat_agent_reconcile_duration_seconds",
-            "reconcile time",
+            "lifeboat_agent_reconcile_queue_wait_seconds".into(),
+            "queue wait".into(),
         ),
-    ] {
-        let Some(now) = after.get(name) else {
+        (
+            "lifeboat_agent_reconcile_duration_seconds".into(),
+            "reconcile time".into(),
+        ),
+    ];
+    let mut requests: Vec<&String> = after
+        .histograms
+        .keys()
+        .filter(|k| k.starts_with("lifeboat_agent_api_request_duration_seconds{"))
+        .collect();
+    requests.sort();
+    for key in requests {
+        let request = key
+            .split_once("request=\"")
+            .map_or(key.as_str(), |(_, r)| r.trim_end_matches("\"}"));
+        histograms.push((key.clone(), format!("API {request}")));
+    }
+    for (name, what) in &histograms {
+        let Some(now) = after.histograms.get(name) else {
             println!("  agent {what}: not reported ({name})");
             continue;
         };
-        let h = now.since(before.get(name));
+        let h = now.since(before.histograms.get(name));
         if h.count == 0.0 {
-            println!("  agent {what}: no observations");
             continue;
         }
         let bound = |p: f64| match h.quantile_bound(p) {
@@ -643,11 +700,25 @@ fn report_agent(before: &Scrape, after: &Scrape) {
             _ => "above the largest bucket".to_string(),
         };
         println!(
-            "  agent {what} over {} reconciles: mean {:.1} ms, p50 {}, p99 {}",
+            "  agent {what} over {} observations: mean {:.1} ms, p50 {}, p99 {}",
             h.count,
             1000.0 * h.sum / h.count,
             bound(0.5),
             bound(0.99),
         );
+    }
+    let mut counters: Vec<(&String, f64)> = after
+        .counters
+        .iter()
+        .filter(|(k, _)| {
+            k.starts_with("lifeboat_agent_reconciles_")
+                || k.starts_with("lifeboat_agent_reconcile_errors_total")
+        })
+        .map(|(k, v)| (k, v - before.counters.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect();
+    counters.sort_by(|a, b| a.0.cmp(b.0));
+    for (name, delta) in counters {
+        println!("  agent {name}: +{delta}");
     }
 }
