@@ -742,16 +742,17 @@ async fn events_of(
     .await?)
 }
 
+// On member-3: `agent_restart` restarts member-1's agent, whose counters start again at zero.
 async fn events_and_metrics(ctx: Arc<TestContext>) -> TestResult {
     let aw = appwrapper(
         "observed",
         &[("failureGracePeriodDuration", "0s"), ("retryLimit", "0")],
         vec![job("observed", "sleep 1; exit 1", 1, 0)],
     )?;
-    let api = create(&ctx, M1, &aw).await?;
+    let api = create(&ctx, M3, &aw).await?;
     until_phase(&api, "observed", Phase::Failed).await?;
     let events = wait::until("phase events", T, || async {
-        let events = events_of(&ctx, M1, "observed")
+        let events = events_of(&ctx, M3, "observed")
             .await
             .map_err(|e| e.to_string())?;
         let reasons: Vec<String> = events.iter().filter_map(|e| e.reason.clone()).collect();
@@ -777,14 +778,22 @@ async fn events_and_metrics(ctx: Arc<TestContext>) -> TestResult {
             .unwrap_or("")
             .contains("Running -> Failed")
     );
-    let metrics_addr = agent(&ctx, M1).await?;
-    let body = http_get(metrics_addr, "/metrics").await?;
+    let metrics_addr = agent(&ctx, M3).await?;
     let line = format!(
         "appwrapper_phase_total{{namespace=\"{}\",phase=\"Failed\"}}",
         ctx.namespace
     );
-    assert!(body.contains(&line), "no {line} in metrics");
-    assert!(body.contains("lifeboat_agent_reconciles_total"));
+    wait::until("the Failed phase counted in /metrics", T, || async {
+        let body = http_get(metrics_addr, "/metrics")
+            .await
+            .map_err(|e| e.to_string())?;
+        if body.contains(&line) && body.contains("lifeboat_agent_reconciles_total") {
+            Ok(())
+        } else {
+            Err(format!("no {line} in metrics yet"))
+        }
+    })
+    .await?;
     Ok(())
 }
 
