@@ -72,7 +72,9 @@ e2e: k8s-bins
 bench: k8s-bins
 	$(CARGO) run --release -q -p lifeboat-e2e --bin fleet-bench -- --runs 3
 	$(CARGO) bench -p lifeboat-interpreter
-	$(CARGO) bench -p lifeboat-agent
+	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 1000 --pods 4 --failures 100 --window 330
+	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 100 --pods 1 --failures 0 --burst 100 --window 0
+	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 1000 --pods 1 --failures 20 --burst 200 --window 0
 	$(CARGO) bench -p lifeboat-scheduler --bench schedule
 # The ledger on SQLite and on a throwaway PostgreSQL that scripts/postgres.sh starts (or the
 # server in LIFEBOAT_TEST_DATABASE_URL); without the script only SQLite is measured.

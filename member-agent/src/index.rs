@@ -54,7 +54,11 @@ impl PodIndex {
         self.synced
     }
 
-    /// Adds or updates a pod (kept in its [`slim`] form); returns the AppWrapper it belongs to.
+    /// Adds or updates a pod (kept in its [`slim`] form); returns the AppWrapper it belongs to,
+    /// or nothing when the slim form did not change. Most pod updates touch nothing the summary
+    /// reads (an annotation, the Job controller's tracking finalizer, readiness probes, IPs): in
+    /// a burst of failures their reconciles would only compete for the controller's slots and
+    /// the CPU the API server needs.
     pub fn apply(&mut self, pod: Pod) -> Vec<AwKey> {
         let pod = slim(pod);
         let Some(key) = owner_of(
@@ -66,6 +70,14 @@ impl PodIndex {
         let Some(name) = pod.metadata.name.clone() else {
             return vec![];
         };
+        if self
+            .by_appwrapper
+            .get(&key)
+            .and_then(|pods| pods.get(&name))
+            .is_some_and(|old| **old == pod)
+        {
+            return vec![];
+        }
         self.unlink_node(&key, &name);
         if let Some(node) = node_of(&pod) {
             self.by_node
@@ -433,6 +445,38 @@ mod tests {
             crate::pods::summarize(&[small], &nodes, &params, true),
             crate::pods::summarize(&[full], &nodes, &params, true)
         );
+    }
+
+    #[test]
+    fn only_changes_the_summary_reads_trigger() {
+        let mut idx = PodIndex::default();
+        let key = AwKey::new("ns", "a");
+        let mut p = pod("ns", "a-0", Some("a"), "n1");
+        assert_eq!(idx.apply(p.clone()), vec![key.clone()]);
+        // An annotation, a finalizer, a field the summary does not read: no reconcile.
+        p.metadata.annotations = Some([("fail".to_string(), "1".to_string())].into());
+        p.metadata.finalizers = Some(vec!["batch.kubernetes.io/job-tracking".into()]);
+        p.metadata.resource_version = Some("7".into());
+        assert!(idx.apply(p.clone()).is_empty());
+        // The phase changes: reconcile.
+        p.status = Some(PodStatus {
+            phase: Some("Failed".into()),
+            ..Default::default()
+        });
+        assert_eq!(idx.apply(p.clone()), vec![key.clone()]);
+        assert!(idx.apply(p.clone()).is_empty());
+        assert_eq!(
+            idx.pods_of(&key)[0]
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.as_deref()),
+            Some("Failed")
+        );
+        // Deletion starts: reconcile.
+        p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        ));
+        assert_eq!(idx.apply(p), vec![key]);
     }
 
     #[test]

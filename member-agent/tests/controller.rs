@@ -742,16 +742,19 @@ async fn events_of(
     .await?)
 }
 
+// On member-2, where only the suite's agent runs: `agent_restart` restarts member-1's agent
+// (whose counters start again at zero) and member-3 hosts more agents (leader election, the
+// binary), any of which may count the phase change instead.
 async fn events_and_metrics(ctx: Arc<TestContext>) -> TestResult {
     let aw = appwrapper(
         "observed",
         &[("failureGracePeriodDuration", "0s"), ("retryLimit", "0")],
         vec![job("observed", "sleep 1; exit 1", 1, 0)],
     )?;
-    let api = create(&ctx, M1, &aw).await?;
+    let api = create(&ctx, M2, &aw).await?;
     until_phase(&api, "observed", Phase::Failed).await?;
     let events = wait::until("phase events", T, || async {
-        let events = events_of(&ctx, M1, "observed")
+        let events = events_of(&ctx, M2, "observed")
             .await
             .map_err(|e| e.to_string())?;
         let reasons: Vec<String> = events.iter().filter_map(|e| e.reason.clone()).collect();
@@ -777,14 +780,22 @@ async fn events_and_metrics(ctx: Arc<TestContext>) -> TestResult {
             .unwrap_or("")
             .contains("Running -> Failed")
     );
-    let metrics_addr = agent(&ctx, M1).await?;
-    let body = http_get(metrics_addr, "/metrics").await?;
+    let metrics_addr = agent(&ctx, M2).await?;
     let line = format!(
         "appwrapper_phase_total{{namespace=\"{}\",phase=\"Failed\"}}",
         ctx.namespace
     );
-    assert!(body.contains(&line), "no {line} in metrics");
-    assert!(body.contains("lifeboat_agent_reconciles_total"));
+    wait::until("the Failed phase counted in /metrics", T, || async {
+        let body = http_get(metrics_addr, "/metrics")
+            .await
+            .map_err(|e| e.to_string())?;
+        if body.contains(&line) && body.contains("lifeboat_agent_reconciles_total") {
+            Ok(())
+        } else {
+            Err(format!("no {line} in metrics yet"))
+        }
+    })
+    .await?;
     Ok(())
 }
 

@@ -34,6 +34,14 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// A write succeeded: the cached copy this reconcile read is now stale.
+    fn wrote(&self) {
+        let key = AwKey::new(self.aw.namespace().unwrap_or_default(), self.aw.name_any());
+        self.ctx
+            .written
+            .wrote(&key, self.aw.meta().resource_version.as_deref());
+    }
+
     fn api(&self) -> Api<AppWrapper> {
         Api::namespaced(
             self.ctx.client.clone(),
@@ -43,15 +51,17 @@ impl<'a> Writer<'a> {
 
     async fn patch_metadata(&mut self, finalizers: Vec<String>) -> Result<(), Error> {
         let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": self.resource_version}});
+        let api = self.api();
+        let name = self.aw.name_any();
         let updated = self
-            .api()
-            .patch(
-                &self.aw.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
+            .ctx
+            .timed(
+                "finalizer",
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
             .await
             .map_err(|e| Error::kube("update finalizers", e))?;
+        self.wrote();
         self.resource_version = updated.resource_version();
         self.finalizers = finalizers;
         Ok(())
@@ -100,15 +110,17 @@ impl<'a> Writer<'a> {
         })?;
         let patch =
             json!({"metadata": {"resourceVersion": self.resource_version}, "status": status});
+        let api = self.api();
+        let name = self.aw.name_any();
         let updated = self
-            .api()
-            .patch_status(
-                &self.aw.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
+            .ctx
+            .timed(
+                "status",
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)),
             )
             .await
             .map_err(|e| Error::kube("write status", e))?;
+        self.wrote();
         self.resource_version = updated.resource_version();
         Ok(())
     }
@@ -175,7 +187,10 @@ async fn create_component(
         Err(e) => return CreateResult::Retryable(e.to_string()),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &namespace, &resource);
-    let err = match api.create(&PostParams::default(), &object).await {
+    let err = match ctx
+        .timed("create", api.create(&PostParams::default(), &object))
+        .await
+    {
         Ok(created) => {
             return CreateResult::Created {
                 name: created.name_any(),
@@ -279,7 +294,7 @@ pub async fn deletions(
                 &aw.namespace().unwrap_or_default(),
                 &resource,
             );
-            match api.delete(&cs.name, params).await {
+            match ctx.timed("delete", api.delete(&cs.name, params)).await {
                 Ok(_) => {}
                 Err(kube::Error::Api(s)) if s.code == 404 => {}
                 Err(e) => return Err(Error::kube(format!("delete {} {}", cs.kind, cs.name), e)),
@@ -326,7 +341,10 @@ pub async fn publish_events(aw: &AppWrapper, events: &[EventNote], ctx: &Context
             action: "Reconcile".into(),
             secondary: None,
         };
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        if let Err(e) = ctx
+            .timed("event", ctx.recorder.publish(&event, &reference))
+            .await
+        {
             tracing::warn!(reason = %note.reason, error = %e, "could not record an Event");
         }
     }

@@ -8,12 +8,14 @@ pub mod failures;
 #[cfg(test)]
 mod mock;
 mod observe;
+pub mod queue;
 pub mod watches;
+pub mod written;
 
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use futures::channel::mpsc::UnboundedReceiver;
+use futures::channel::mpsc::{UnboundedReceiver, UnboundedSender};
 use futures::{FutureExt, StreamExt};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -88,6 +90,10 @@ pub struct Context {
     pub components: ComponentWatches,
     pub recorder: Recorder,
     pub metrics: Metrics,
+    /// When each AppWrapper was first asked for since its last reconcile started.
+    pub queue: Arc<queue::QueueClock>,
+    /// Versions this agent wrote over, to skip reconciles of a copy the cache has not updated.
+    pub written: written::WrittenVersions,
     /// Name of the cluster this agent runs in (for logs and spans).
     pub cluster: String,
     /// Runs of failed reconciles, for backoff and Warning Events.
@@ -122,6 +128,8 @@ impl Context {
             ),
             metrics,
             cluster,
+            queue: Arc::default(),
+            written: written::WrittenVersions::default(),
             failures: failures::Failures::default(),
         }
     }
@@ -131,6 +139,21 @@ impl Context {
             .autopilot
             .as_ref()
             .is_some_and(|a| a.monitor_nodes)
+    }
+
+    /// Awaits one API request, observing its round trip under `request` (a fixed name).
+    async fn timed<T>(
+        &self,
+        request: &'static str,
+        call: impl std::future::Future<Output = T>,
+    ) -> T {
+        let started = Instant::now();
+        let out = call.await;
+        self.metrics
+            .api_request_duration
+            .with_label_values(&[request])
+            .observe(started.elapsed().as_secs_f64());
+        out
     }
 }
 
@@ -148,11 +171,23 @@ pub struct ControllerOptions {
 
 /// Reconcile requests from the watches, passed on to the controller of the current leadership
 /// term, dropped while standing by (a new term reconciles every AppWrapper anyway).
-type Gate = Arc<Mutex<Option<watches::Trigger>>>;
+type Gate = Arc<Mutex<Option<UnboundedSender<ObjectRef<AppWrapper>>>>>;
 
-async fn forward(mut requests: UnboundedReceiver<ObjectRef<AppWrapper>>, gate: Gate) {
-    while let Some(request) = requests.next().await {
+/// Also starts each request's queue clock (the queue wait metric runs from the first request).
+async fn forward(
+    mut requests: UnboundedReceiver<(ObjectRef<AppWrapper>, Instant)>,
+    gate: Gate,
+    queue: Arc<queue::QueueClock>,
+) {
+    while let Some((request, at)) = requests.next().await {
         if let Some(term) = gate.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            queue.triggered(
+                AwKey::new(
+                    request.namespace.clone().unwrap_or_default(),
+                    request.name.clone(),
+                ),
+                at,
+            );
             let _ = term.unbounded_send(request);
         }
     }
@@ -208,7 +243,7 @@ pub async fn run(
         tx,
         core_watches.nodes,
     ));
-    background.spawn(forward(rx, gate.clone()));
+    background.spawn(forward(rx, gate.clone(), ctx.queue.clone()));
 
     let shutdown = shutdown.shared();
     loop {
@@ -273,11 +308,30 @@ fn error_policy(aw: Arc<AppWrapper>, error: &Error, ctx: Arc<Context>) -> Action
     }
 }
 
+/// When a reconcile skipped as stale looks again if no watch event came first.
+const STALE_COPY_RECHECK: Duration = Duration::from_secs(1);
+
 async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Error> {
     let started = Instant::now();
-    let namespace = aw.namespace().unwrap_or_default();
-    let name = aw.name_any();
-    let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %namespace, appwrapper = %name);
+    let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
+    if ctx
+        .written
+        .is_stale(&key, aw.meta().resource_version.as_deref())
+    {
+        // This agent already wrote over this copy; the watch event of the new version (on its
+        // way) triggers the reconcile that counts, and its queue wait still runs from the first
+        // trigger. The timer only covers a watch that lost the event.
+        ctx.metrics.reconciles_skipped_stale.inc();
+        tracing::debug!(cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
+            "cached copy older than our last write; skipped");
+        return Ok(Action::requeue(STALE_COPY_RECHECK));
+    }
+    let queue_wait = ctx.queue.started(&key, started);
+    if let Some(wait) = queue_wait {
+        ctx.metrics.reconcile_queue_wait.observe(wait.as_secs_f64());
+    }
+    let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
+        queue_wait_ms = queue_wait.map(|w| w.as_secs_f64() * 1000.0));
     ctx.metrics.reconciles.inc();
     let result = reconcile_appwrapper(&aw, &ctx)
         .instrument(span.clone())
@@ -365,6 +419,8 @@ async fn reconcile_appwrapper(aw: &AppWrapper, ctx: &Context) -> Result<Action, 
     apply::publish_events(aw, &final_decision.events, ctx).await;
     if final_decision.finalizer == FinalizerChange::Remove {
         writer.remove_finalizer().await?;
+        // Released: no later version of this object needs waiting for.
+        ctx.written.settled(&key);
         return Ok(Action::await_change());
     }
     Ok(match final_decision.requeue_after {

@@ -72,10 +72,13 @@ pub async fn observe(
 async fn list_pods(key: &AwKey, ctx: &Context) -> Result<Vec<Pod>, Error> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &key.namespace);
     let selector = format!("{APPWRAPPER_LABEL}={}", key.name);
-    api.list(&ListParams::default().labels(&selector))
-        .await
-        .map(|l| l.items)
-        .map_err(|e| Error::kube(format!("list pods of {}", key.name), e))
+    ctx.timed(
+        "list_pods",
+        api.list(&ListParams::default().labels(&selector)),
+    )
+    .await
+    .map(|l| l.items)
+    .map_err(|e| Error::kube(format!("list pods of {}", key.name), e))
 }
 
 fn from_info(info: &ComponentInfo) -> ComponentObservation {
@@ -123,7 +126,7 @@ async fn component(
     }
     // Not in the index: confirm with the API server before anyone acts on the absence.
     let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), namespace, &resource);
-    match api.get_opt(&cs.name).await {
+    match ctx.timed("get_component", api.get_opt(&cs.name)).await {
         Ok(Some(obj)) => {
             let probe = ComponentIndex::new(&cs.api_version, &cs.kind);
             let info = probe.info(&obj);

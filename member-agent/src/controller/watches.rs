@@ -22,11 +22,13 @@ use tokio::task::AbortHandle;
 use crate::index::{AwKey, ComponentIndex, PodIndex};
 use crate::node_health::NodeHealthIndex;
 
-pub type Trigger = UnboundedSender<ObjectRef<AppWrapper>>;
+/// Asks for reconciles; each request carries when it was made (for the queue wait metric).
+pub type Trigger = UnboundedSender<(ObjectRef<AppWrapper>, Instant)>;
 
 pub fn trigger(tx: &Trigger, keys: impl IntoIterator<Item = AwKey>) {
+    let now = Instant::now();
     for key in keys {
-        let _ = tx.unbounded_send(ObjectRef::new(&key.name).within(&key.namespace));
+        let _ = tx.unbounded_send((ObjectRef::new(&key.name).within(&key.namespace), now));
     }
 }
 
