@@ -1313,8 +1313,14 @@ async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
     let cluster = wait_health(&hub, name, "Unknown", "ClusterStatusUnknown", true).await?;
     let noticed = Timestamp::now();
     let after = noticed.duration_since(last_renew);
+    // Never before the lease ran out. The upper bound is a liveness bound only (the machine
+    // runs every e2e suite at once); how fast it is noticed is the monitor's period (1 s).
     check(
-        after <= k8s_openapi::jiff::SignedDuration::from_millis(3000 + 1500),
+        after >= k8s_openapi::jiff::SignedDuration::from_millis(3000),
+        format!("marked {after:?} after the last renewal, before the 3 s lease ran out"),
+    )?;
+    check(
+        after <= k8s_openapi::jiff::SignedDuration::from_millis(3000 + 15_000),
         format!("marked {after:?} after the last renewal (lease 3 s)"),
     )?;
     eprintln!(
