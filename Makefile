@@ -13,6 +13,7 @@ help:
 	@echo "make demo    build what is needed, start a local fleet (hub + 3 members) with an agent per member,"
 	@echo "             run a GPU AppWrapper through a failure and its reset, keep running until Ctrl-C"
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
+	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
 	@echo "make bench   benchmarks (see BENCHMARKS.md)"
 
@@ -25,7 +26,7 @@ demo: k8s-bins
 	bash scripts/demo.sh
 
 .PHONY: test
-test: check unit e2e
+test: check unit ledger e2e
 
 .PHONY: check
 check: fmt-check lint crds-check
@@ -55,6 +56,13 @@ unit:
 	$(CARGO) run -q -p lifeboatctl -- interpret test $(LIFEBOAT_SHARED_DIR)/testdata/karmada-interpreter
 	$(CARGO) run -q -p lifeboatctl -- interpret test --strict interpreter-scripts
 
+# The hub's event ledger on both databases: SQLite (temporary files) and PostgreSQL.
+# scripts/postgres.sh uses LIFEBOAT_TEST_DATABASE_URL when set; otherwise it starts a throwaway
+# server (installing Debian's postgresql package when absent) and stops and removes it afterwards.
+.PHONY: ledger
+ledger:
+	bash scripts/postgres.sh $(CARGO) test -p lifeboat-hub --test ledger
+
 # End-to-end tests: each test binary starts its own fleet of real control planes.
 .PHONY: e2e
 e2e: k8s-bins
@@ -67,3 +75,7 @@ bench: k8s-bins
 	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 1000 --pods 4 --failures 100 --window 330
 	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 100 --pods 1 --failures 0 --burst 100 --window 0
 	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 1000 --pods 1 --failures 20 --burst 200 --window 0
+	$(CARGO) bench -p lifeboat-scheduler --bench schedule
+# The ledger on SQLite and on a throwaway PostgreSQL that scripts/postgres.sh starts (or the
+# server in LIFEBOAT_TEST_DATABASE_URL); without the script only SQLite is measured.
+	bash scripts/postgres.sh $(CARGO) bench -p lifeboat-hub --bench ledger

@@ -58,6 +58,22 @@ impl FailureClass {
     }
 }
 
+// A plain string enum: schemars would make the documented variants a `oneOf`, which is not a
+// structural schema.
+impl schemars::JsonSchema for FailureClass {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "FailureClass".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "enum": ["Application", "Infrastructure", "Capacity", "Unknown"],
+            "description": "What kind of failure made the workload unhealthy: Application (would fail the same way elsewhere), Infrastructure (node, GPU, spot reclamation, cluster lost: worth a move), Capacity (no room here: worth a move), Unknown."
+        })
+    }
+}
+
 impl fmt::Display for FailureClass {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -12,10 +12,25 @@
 //! [`legacy`] converts MCAD-era AppWrappers (`spec.resources.GenericItems`) to v1beta2 and says
 //! which settings did not carry over; `lifeboatctl convert` is its command-line front end.
 //!
-//! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary.
+//! # Hub API
+//!
+//! [`cluster`] (`cluster.lifeboat.dev/v1alpha1` Cluster), [`policy`]
+//! (`policy.lifeboat.dev/v1alpha1` PropagationPolicy and ClusterPropagationPolicy, Karmada's field
+//! names), [`binding`] (`work.lifeboat.dev/v1alpha1` ResourceBinding) and [`config`]
+//! (`config.lifeboat.dev/v1alpha1` ResourceInterpreterCustomization) are the hub's CRDs;
+//! [`protocol`] holds the versioned JSON types of the agent ↔ hub API.
+//!
+//! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary ([`crds`]).
 
 pub mod appwrapper;
+pub mod binding;
+pub mod cluster;
+pub mod config;
+pub mod crds;
 pub mod health;
 pub mod legacy;
+pub mod policy;
+pub mod protocol;
 pub mod quantity;
+pub mod selector;
 pub mod serde_helpers;

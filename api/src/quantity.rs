@@ -234,6 +234,15 @@ impl Quantity {
         }
     }
 
+    /// The difference (`self + (-other)`, saturating as [`Quantity::saturating_add`]).
+    pub fn saturating_sub(self, other: Quantity) -> Quantity {
+        let negated = Quantity {
+            mantissa: other.mantissa.saturating_neg(),
+            ..other
+        };
+        self.saturating_add(negated)
+    }
+
     /// The quantity times an integer, saturating at the largest representable value.
     pub fn saturating_mul(self, factor: i64) -> Quantity {
         let mut q = Quantity {
@@ -469,6 +478,14 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap()
+    }
+
+    #[test]
+    fn subtraction_is_exact_across_suffixes() {
+        let q = |t: &str| Quantity::parse(t).unwrap();
+        assert_eq!(q("8").saturating_sub(q("3")), q("5"));
+        assert_eq!(q("1Gi").saturating_sub(q("512Mi")), q("512Mi"));
+        assert_eq!(q("1").saturating_sub(q("1500m")), q("-500m"));
     }
 
     #[test]

@@ -151,6 +151,7 @@ async fn convert_apply_run(ctx: Arc<TestContext>) -> TestResult {
             install_crd: true,
             webhook: None,
             leader_election: None,
+            hub: None,
         },
         prometheus::Registry::new(),
     )

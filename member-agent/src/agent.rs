@@ -5,11 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
-use axum::routing::get;
 use lifeboat_runtime::leader::{self, LeaderElector, Leadership, LeaseConfig};
 use lifeboat_runtime::readiness::Readiness;
-use prometheus::{Encoder, Registry, TextEncoder};
+use prometheus::Registry;
 
 use crate::config::OperatorConfig;
 use crate::controller::{self, ControllerOptions, watches::CoreWatches};
@@ -35,6 +33,8 @@ pub struct AgentOptions {
     /// Reconcile only while holding this Lease (`None`: always, a single replica). An empty
     /// `namespace` means the client's default namespace (in a pod: its own).
     pub leader_election: Option<LeaseConfig>,
+    /// Hub mode: register with the hub and apply its work, while leading (`None`: standalone).
+    pub hub: Option<crate::hub::HubOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +53,8 @@ pub enum AgentError {
     Register(#[from] webhook::RegisterError),
     #[error(transparent)]
     LeaderElection(#[from] leader::ConfigError),
+    #[error("hub mode: {0}")]
+    Hub(#[from] crate::hub::SetupError),
     #[error("serving metrics on {addr}: {source}")]
     Serve {
         addr: SocketAddr,
@@ -147,6 +149,17 @@ pub async fn run(
         webhook::register(&client, &endpoint).await?;
         tracing::info!("admission webhook registered and live");
     }
+    // Hub mode (`crate::hub`): runs while this replica leads.
+    if let Some(hub) = options.hub.clone() {
+        let hub = crate::hub::HubMode::new(
+            client.clone(),
+            hub,
+            &options.cluster,
+            &app_config,
+            &registry,
+        )?;
+        background.spawn(hub.run(leadership.clone(), stopped(stop_rx.clone())));
+    }
     background.spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
@@ -182,40 +195,8 @@ pub async fn run(
     Ok(())
 }
 
-/// `/healthz` (the process serves), `/readyz` (every watch has synced its initial list: 503
-/// naming those that have not) and `/metrics` (Prometheus text).
-pub fn http_router(registry: Registry, readiness: Readiness) -> axum::Router {
-    let registry = Arc::new(registry);
-    axum::Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route(
-            "/readyz",
-            get(move || {
-                let pending = readiness.pending();
-                async move {
-                    if pending.is_empty() {
-                        (StatusCode::OK, "ok".to_string())
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("watches not synced yet: {}", pending.join(", ")),
-                        )
-                    }
-                }
-            }),
-        )
-        .route(
-            "/metrics",
-            get(move || {
-                let registry = registry.clone();
-                async move {
-                    let mut out = Vec::new();
-                    let _ = TextEncoder::new().encode(&registry.gather(), &mut out);
-                    String::from_utf8(out).unwrap_or_default()
-                }
-            }),
-        )
-}
+/// `/healthz`, `/readyz` and `/metrics` (the one router of every Lifeboat process).
+pub use lifeboat_runtime::http::router as http_router;
 
 /// An agent running as a task of this process (tests, benchmarks, an embedding binary).
 pub struct SpawnedAgent {
@@ -275,6 +256,7 @@ pub async fn spawn(options: AgentOptions, registry: Registry) -> Result<SpawnedA
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::StatusCode;
     use tower::ServiceExt;
 
     async fn get(app: &axum::Router, path: &str) -> (StatusCode, String) {

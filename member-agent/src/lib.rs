@@ -7,6 +7,7 @@ pub mod agent;
 pub mod config;
 pub mod controller;
 pub mod duration;
+pub mod hub;
 pub mod index;
 pub mod install;
 pub mod machine;

@@ -40,6 +40,8 @@ struct Args {
     webhook: lifeboat_agent::webhook::WebhookArgs,
     #[command(flatten)]
     leader_election: LeaderElectionArgs,
+    #[command(flatten)]
+    hub: lifeboat_agent::hub::HubArgs,
 }
 
 /// Leader election: with several replicas, the one holding the Lease reconciles; the others keep
@@ -145,6 +147,7 @@ async fn main() -> anyhow::Result<()> {
         install_crd: !args.no_install_crd,
         webhook: args.webhook.config()?,
         leader_election: args.leader_election.lease()?,
+        hub: args.hub.options()?,
     };
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing the SIGTERM handler")?;

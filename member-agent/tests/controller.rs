@@ -1368,6 +1368,7 @@ async fn elected_agent(
         install_crd: false,
         webhook: None,
         leader_election: Some(lease),
+        hub: None,
     };
     Ok((
         agent::spawn(options, prometheus::Registry::new()).await?,

@@ -1,11 +1,15 @@
 //! `lifeboat-runtime`: what every Lifeboat controller process needs besides its reconcilers,
 //! shared by the member agent and the hub.
 //!
+//! - [`crd`]: install or update a CustomResourceDefinition at start and wait until it is served.
+//! - [`http`]: `/healthz`, `/readyz` and `/metrics`.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease (one replica acts, the
 //!   others keep their caches warm and take over when the lease lapses or is released).
 //! - [`readiness`]: whether every watch has synced its initial list (`/readyz`).
 //! - `mock` (feature `mock`): a mock `kube::Client` for unit tests of exact API calls.
 
+pub mod crd;
+pub mod http;
 pub mod leader;
 #[cfg(any(test, feature = "mock"))]
 pub mod mock;

@@ -269,7 +269,7 @@ pub struct AppWrapperStatus {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
-    #[schemars(schema_with = "conditions_schema")]
+    #[schemars(schema_with = "crate::serde_helpers::conditions_schema")]
     pub conditions: Vec<Condition>,
 
     /// ComponentStatus parallels the Components array in the Spec and tracks the actually
@@ -355,7 +355,7 @@ pub struct AppWrapperComponentStatus {
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "null_as_default"
     )]
-    #[schemars(schema_with = "conditions_schema")]
+    #[schemars(schema_with = "crate::serde_helpers::conditions_schema")]
     pub conditions: Vec<Condition>,
 }
 
@@ -376,17 +376,6 @@ fn embedded_resource_schema(_: &mut SchemaGenerator) -> Schema {
         "x-kubernetes-embedded-resource": true,
         "x-kubernetes-preserve-unknown-fields": true,
     })
-}
-
-/// metav1 Conditions as a list-map keyed by `type`, as upstream (`+listType=map`).
-fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
-    let mut schema = generator.subschema_for::<Vec<Condition>>();
-    schema.insert("x-kubernetes-list-type".into(), "map".into());
-    schema.insert(
-        "x-kubernetes-list-map-keys".into(),
-        serde_json::json!(["type"]),
-    );
-    schema
 }
 
 #[cfg(test)]

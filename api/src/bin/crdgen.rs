@@ -1,10 +1,10 @@
-//! Writes the generated CRDs to `crds/`, or with `--check` fails when the committed files are
+//! Writes the generated CRDs to `crds/`, or with `--check` fails when a committed file is
 //! stale. Run from anywhere inside the repository: paths are resolved from this crate's manifest.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lifeboat_api::appwrapper::crd;
+use lifeboat_api::crds;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -18,43 +18,51 @@ fn main() -> ExitCode {
         }
     };
     let repo_root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let generated = match crd::crd_yaml() {
-        Ok(yaml) => yaml,
-        Err(err) => {
-            eprintln!("crdgen: cannot serialise the AppWrapper CRD: {err}");
-            return ExitCode::FAILURE;
-        }
-    };
-    if print {
-        print!("{generated}");
-        return ExitCode::SUCCESS;
-    }
-    let file = repo_root.join(crd::CRD_FILE);
-    if check {
-        return match std::fs::read_to_string(&file) {
-            Ok(committed) if committed == generated => ExitCode::SUCCESS,
-            Ok(_) => {
-                eprintln!(
-                    "crdgen: {} is stale: it differs from the CRD generated from the Rust types; \
-                     run `cargo run -q -p lifeboat-api --bin crdgen` and commit the result",
-                    crd::CRD_FILE
-                );
-                ExitCode::FAILURE
-            }
+    let mut failed = false;
+    for generated in crds::all() {
+        let yaml = match generated.yaml() {
+            Ok(yaml) => yaml,
             Err(err) => {
-                eprintln!(
-                    "crdgen: cannot read {}: {err}; run `cargo run -q -p lifeboat-api --bin crdgen` \
-                     and commit the result",
-                    crd::CRD_FILE
-                );
-                ExitCode::FAILURE
+                eprintln!("crdgen: cannot serialise {}: {err}", generated.file);
+                return ExitCode::FAILURE;
             }
         };
+        if print {
+            println!("{yaml}---");
+            continue;
+        }
+        let file = repo_root.join(generated.file);
+        if check {
+            match std::fs::read_to_string(&file) {
+                Ok(committed) if committed == yaml => {}
+                Ok(_) => {
+                    eprintln!(
+                        "crdgen: {} is stale: it differs from the CRD generated from {}; \
+                         run `cargo run -q -p lifeboat-api --bin crdgen` and commit the result",
+                        generated.file, generated.source
+                    );
+                    failed = true;
+                }
+                Err(err) => {
+                    eprintln!(
+                        "crdgen: cannot read {}: {err}; run `cargo run -q -p lifeboat-api --bin crdgen` \
+                         and commit the result",
+                        generated.file
+                    );
+                    failed = true;
+                }
+            }
+            continue;
+        }
+        if let Err(err) = std::fs::write(&file, &yaml) {
+            eprintln!("crdgen: cannot write {}: {err}", file.display());
+            return ExitCode::FAILURE;
+        }
+        println!("wrote {}", generated.file);
     }
-    if let Err(err) = std::fs::write(&file, &generated) {
-        eprintln!("crdgen: cannot write {}: {err}", file.display());
-        return ExitCode::FAILURE;
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
     }
-    println!("wrote {}", crd::CRD_FILE);
-    ExitCode::SUCCESS
 }

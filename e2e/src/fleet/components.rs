@@ -254,11 +254,38 @@ fn controller_flags(kubeconfig: &Path, port: u16, cert_dir: &Path) -> Vec<String
     ]
 }
 
+/// Controllers the hub does not run: the hub keeps workload templates (Deployments, Jobs, ...)
+/// that run in the members, so nothing may create their pods on the hub or write their status
+/// (Karmada's hub runs without them too). Garbage collection, namespaces and service accounts
+/// stay on.
+pub const HUB_DISABLED_CONTROLLERS: &[&str] = &[
+    "deployment-controller",
+    "replicaset-controller",
+    "statefulset-controller",
+    "daemonset-controller",
+    "job-controller",
+    "cronjob-controller",
+    "replicationcontroller-controller",
+];
+
+/// The `--controllers` flag of a cluster's kube-controller-manager.
+pub fn controllers_flag(hub: bool) -> String {
+    let mut flag = "--controllers=*".to_string();
+    if hub {
+        for name in HUB_DISABLED_CONTROLLERS {
+            flag.push_str(",-");
+            flag.push_str(name);
+        }
+    }
+    flag
+}
+
 pub fn kube_controller_manager(
     layout: &Layout,
     cluster: &str,
     index: usize,
     kubeconfig: &Path,
+    hub: bool,
 ) -> Component {
     let cluster_dir = layout.cluster_dir(cluster);
     let kubeconfig = kubeconfig.to_path_buf();
@@ -274,7 +301,7 @@ pub fn kube_controller_manager(
         format!("--cluster-signing-cert-file={}", tls.ca_cert.display()),
         format!("--cluster-signing-key-file={}", tls.ca_key.display()),
         format!("--cluster-name=lifeboat-{index}"),
-        "--controllers=*".into(),
+        controllers_flag(hub),
         // The default client rate (20 requests/s) makes a Job of thousands of pods take
         // minutes; clusters that run such Jobs raise it.
         "--kube-api-qps=100".into(),
@@ -362,6 +389,17 @@ mod tests {
     }
 
     #[test]
+    fn the_hub_runs_no_workload_controllers() {
+        assert_eq!(controllers_flag(false), "--controllers=*");
+        let hub = controllers_flag(true);
+        assert!(
+            hub.starts_with("--controllers=*,-deployment-controller,"),
+            "{hub}"
+        );
+        assert!(hub.contains(",-job-controller"), "{hub}");
+    }
+
+    #[test]
     fn each_port_given_is_on_the_command_line_and_in_the_record() {
         let layout = layout();
         let kc = Path::new("/state/member-1/x.kubeconfig");
@@ -372,7 +410,7 @@ mod tests {
                 vec![6443],
             ),
             (
-                kube_controller_manager(&layout, "member-1", 1, kc),
+                kube_controller_manager(&layout, "member-1", 1, kc, false),
                 vec![10257],
             ),
             (kube_scheduler(&layout, "member-1", kc), vec![10259]),

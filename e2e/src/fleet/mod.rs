@@ -194,6 +194,7 @@ impl Fleet {
                 "kube-controller-manager.kubeconfig",
                 &identities.controller_manager,
             )?,
+            record.role == Role::Hub,
         )];
         if record.role == Role::Member {
             controllers.push(components::kube_scheduler(

@@ -50,6 +50,7 @@ async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
         install_crd: true,
         webhook: None,
         leader_election: None,
+        hub: None,
     };
     let agent = agent::spawn(options, prometheus::Registry::new()).await?;
     Ok(AgentHandle { agent, metrics })

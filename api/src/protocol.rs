@@ -1,0 +1,334 @@
+//! The agent ↔ hub protocol, version `v1`: JSON over HTTPS, the agent dials out (pull mode, so
+//! member credentials never leave the member).
+//!
+//! | call | path | credential |
+//! |---|---|---|
+//! | register | `POST {API_PREFIX}/register` | bootstrap token |
+//! | heartbeat (renews the cluster's Lease, carries inventory) | `POST {API_PREFIX}/clusters/{cluster}/heartbeat` | cluster token |
+//! | desired work, a resumable stream (NDJSON of [`WorkEvent`]) | `GET {API_PREFIX}/clusters/{cluster}/work?since={epoch}:{revision}` | cluster token |
+//! | batched status reports | `POST {API_PREFIX}/clusters/{cluster}/status` | cluster token |
+//!
+//! Credentials go in `Authorization: Bearer <token>`. A cluster token only works for its own
+//! cluster's paths (403 otherwise); an unknown or revoked token gets 401; a malformed body 400;
+//! a body over [`MAX_BODY_BYTES`] 413. A standby hub answers 503 with `Retry-After` and, when it
+//! knows it, the leader's URL in [`LEADER_HEADER`].
+//!
+//! The work stream is resumable: every change of the cluster's desired work gets the next
+//! revision of the hub's epoch (a new epoch per leader term). A reconnect with `since` in the
+//! current epoch gets only the changes after that revision; otherwise (new epoch, or a revision
+//! the hub no longer holds) it gets [`WorkEvent::Reset`], the full set, then [`WorkEvent::Synced`]:
+//! the agent removes what the full set does not name.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde::{Deserialize, Serialize};
+
+use crate::cluster::{ApiEnablement, NodeGroup, NodeHealthSummary, NodeSummary, ResourceSummary};
+use crate::policy::PurgeMode;
+
+/// Path prefix of every call.
+pub const API_PREFIX: &str = "/apis/agent.lifeboat.dev/v1";
+/// Protocol version the agent speaks (sent at registration).
+pub const PROTOCOL_VERSION: &str = "v1";
+/// The largest request body the hub reads (413 above).
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+/// The most status items one report may carry (400 above).
+pub const MAX_STATUS_ITEMS: usize = 5_000;
+/// Response header of a standby hub naming the leader's agent API URL.
+pub const LEADER_HEADER: &str = "x-lifeboat-leader";
+
+pub fn register_path() -> String {
+    format!("{API_PREFIX}/register")
+}
+
+pub fn heartbeat_path(cluster: &str) -> String {
+    format!("{API_PREFIX}/clusters/{cluster}/heartbeat")
+}
+
+pub fn work_path(cluster: &str) -> String {
+    format!("{API_PREFIX}/clusters/{cluster}/work")
+}
+
+pub fn status_path(cluster: &str) -> String {
+    format!("{API_PREFIX}/clusters/{cluster}/status")
+}
+
+/// Register a cluster's agent with a bootstrap token; the answer carries the cluster token.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterRequest {
+    /// The member cluster's name on the hub (a DNS label).
+    pub cluster_name: String,
+    /// The agent replica (hostname and pid).
+    pub identity: String,
+    /// The agent's version.
+    pub agent_version: String,
+    /// Always [`PROTOCOL_VERSION`].
+    pub protocol_version: String,
+    /// The agent's fencing period: how long it tolerates losing the hub before it suspends
+    /// workloads whose purge mode is Directly. Must match the hub's setting for the cluster.
+    pub fencing_period_seconds: i32,
+    /// Topology to record on a Cluster the hub creates at first registration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// The answer to a registration.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RegisterResponse {
+    pub cluster_name: String,
+    /// The cluster's credential: keep it (the hub stores only its hash) and send it as bearer
+    /// token on every further call. A new registration replaces it.
+    pub token: String,
+    /// The cluster is lost when its lease is not renewed for this long.
+    pub lease_duration_seconds: i32,
+    /// How often to send a heartbeat.
+    pub heartbeat_interval_seconds: i32,
+    /// The fencing period the hub uses for this cluster (equal to the agent's).
+    pub fencing_period_seconds: i32,
+}
+
+/// A heartbeat: renews the cluster's lease; carries the inventory when it changed (or at least
+/// every minute).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatRequest {
+    pub identity: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<Inventory>,
+    /// Works the agent has suspended because it lost the hub for longer than its fencing
+    /// period (reported once it is back).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fenced: Vec<WorkKey>,
+}
+
+/// What the hub says back to a heartbeat.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HeartbeatResponse {
+    pub lease_duration_seconds: i32,
+    /// The Cluster was deleted on the hub: the agent must remove the hub's work and stop.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop: bool,
+}
+
+/// What a member cluster has: the parts of [`crate::cluster::ClusterStatus`] the agent observes.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Inventory {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub api_enablements: Vec<ApiEnablement>,
+    #[serde(default)]
+    pub node_summary: NodeSummary,
+    #[serde(default)]
+    pub resource_summary: ResourceSummary,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_groups: Vec<NodeGroup>,
+    #[serde(default)]
+    pub node_health: NodeHealthSummary,
+}
+
+/// The identity of one piece of work: its binding.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkKey {
+    /// The binding's namespace (also the workload's namespace).
+    pub namespace: String,
+    /// The binding's name.
+    pub name: String,
+}
+
+impl std::fmt::Display for WorkKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// One workload the hub wants in the cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Work {
+    pub key: WorkKey,
+    /// The binding's UID: an object labelled with another UID belongs to an older binding.
+    pub binding_uid: String,
+    /// The revision of this work item in the hub's epoch.
+    pub revision: i64,
+    /// The object to apply (server-side apply, field manager `lifeboat`), labelled with its
+    /// binding.
+    pub manifest: serde_json::Value,
+    /// The purge mode the workload fails over with; `Directly` workloads are suspended by an
+    /// agent that lost the hub for its fencing period.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub purge_mode: Option<PurgeMode>,
+    /// In-place reset requests: a higher generation than the agent last acted on asks for one
+    /// delete-and-recreate of the workload, after `pauseSeconds`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset: Option<ResetRequest>,
+}
+
+/// A request to delete and recreate the workload in place.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ResetRequest {
+    pub generation: i64,
+    #[serde(default)]
+    pub pause_seconds: i32,
+}
+
+/// A cursor into the work stream: `{epoch}:{revision}`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Cursor {
+    pub epoch: String,
+    pub revision: i64,
+}
+
+impl Cursor {
+    pub fn parse(text: &str) -> Option<Cursor> {
+        let (epoch, revision) = text.rsplit_once(':')?;
+        if epoch.is_empty() || epoch.len() > 64 {
+            return None;
+        }
+        Some(Cursor {
+            epoch: epoch.to_string(),
+            revision: revision.parse().ok()?,
+        })
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.epoch, self.revision)
+    }
+}
+
+/// One line of the work stream.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "type", rename_all = "PascalCase")]
+pub enum WorkEvent {
+    /// A full snapshot follows; after [`WorkEvent::Synced`], work not named in it is removed.
+    #[serde(rename_all = "camelCase")]
+    Reset { epoch: String, revision: i64 },
+    /// Create or update this work.
+    Upsert { work: Box<Work> },
+    /// This work is no longer assigned to the cluster.
+    #[serde(rename_all = "camelCase")]
+    Delete { key: WorkKey, revision: i64 },
+    /// The snapshot is complete / the agent has caught up to this revision.
+    #[serde(rename_all = "camelCase")]
+    Synced { epoch: String, revision: i64 },
+    /// Keep-alive; the cursor is unchanged.
+    Bookmark,
+}
+
+/// A batch of status reports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub items: Vec<WorkStatus>,
+    /// The agent (re)sends the status of every work it holds (after a restart or reconnect).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub full: bool,
+}
+
+/// What the agent sees of one work in its cluster.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkStatus {
+    pub key: WorkKey,
+    pub binding_uid: String,
+    /// The work revision the agent applied last.
+    pub revision: i64,
+    /// Whether the manifest is applied.
+    pub applied: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_message: Option<String>,
+    /// The object as it is in the member (metadata trimmed to what interpreters read), absent
+    /// when it does not exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed: Option<serde_json::Value>,
+    /// When the agent observed it.
+    pub observed_at: Time,
+    /// The reset generation the agent last completed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_generation: Option<i64>,
+    /// The workload is suspended by fencing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fenced: bool,
+}
+
+/// The hub's answer to a status report.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusResponse {
+    /// How many items were taken.
+    pub accepted: usize,
+    /// Items refused, with why (e.g. the work is not assigned to this cluster).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rejected: Vec<RejectedItem>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RejectedItem {
+    pub key: WorkKey,
+    pub reason: String,
+}
+
+/// Every error answer: a Kubernetes-like Status body.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorResponse {
+    pub code: u16,
+    /// A CamelCase reason: `Unauthorized`, `Forbidden`, `BadRequest`, `RequestEntityTooLarge`,
+    /// `NotLeader`, `NotFound`.
+    pub reason: String,
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn work_events_are_tagged_lines() {
+        let ev = WorkEvent::Delete {
+            key: WorkKey {
+                namespace: "ml".into(),
+                name: "train-appwrapper".into(),
+            },
+            revision: 7,
+        };
+        let line = serde_json::to_string(&ev).unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&line).unwrap(),
+            json!({"type": "Delete", "key": {"namespace": "ml", "name": "train-appwrapper"}, "revision": 7})
+        );
+        assert_eq!(serde_json::from_str::<WorkEvent>(&line).unwrap(), ev);
+        let reset: WorkEvent =
+            serde_json::from_value(json!({"type": "Reset", "epoch": "e1", "revision": 3})).unwrap();
+        assert_eq!(
+            reset,
+            WorkEvent::Reset {
+                epoch: "e1".into(),
+                revision: 3
+            }
+        );
+    }
+
+    #[test]
+    fn cursors_parse() {
+        let c = Cursor::parse("a1b2:42").unwrap();
+        assert_eq!((c.epoch.as_str(), c.revision), ("a1b2", 42));
+        assert_eq!(c.to_string(), "a1b2:42");
+        assert!(Cursor::parse("42").is_none());
+        assert!(Cursor::parse(":42").is_none());
+        assert!(Cursor::parse("e:x").is_none());
+    }
+}

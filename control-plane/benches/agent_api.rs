@@ -1,0 +1,318 @@
+//! Status ingestion through the agent API: items/s over HTTPS (rustls) + bearer auth + JSON
+//! decoding + validation against the WorkStore + replay screening, into a status processor
+//! stand-in that takes every item (the real processor and ledger are measured end to end by
+//! the hub's own bench). Batches of 500 items; each connection is one cluster's agent.
+//!
+//! The hub apiserver of a local fleet holds the bootstrap token, the Clusters and the
+//! credentials (registration is real); the timed part touches only the API. Client and server
+//! share the machine's cores.
+//!
+//!   cargo bench -p lifeboat-hub --bench agent_api -- --runs 3 [--seconds 10] [--clusters 4]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use http_body_util::BodyExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use lifeboat_api::protocol::{self, StatusReport, StatusResponse, WorkStatus};
+use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
+use serde_json::json;
+use support::{Hub, https_client, key, tls_pair, work};
+
+const BATCH: usize = 500;
+const BATCHES_PER_ROUND: usize = 10;
+const SENTINEL: &str = "2000-01-01T00:00:00Z";
+
+struct Args {
+    runs: usize,
+    seconds: u64,
+    clusters: usize,
+}
+
+fn args() -> Result<Args, String> {
+    let mut parsed = Args {
+        runs: 3,
+        seconds: 10,
+        clusters: 4,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| format!("{name} needs a number"))
+        };
+        match arg.as_str() {
+            "--runs" => parsed.runs = value("--runs")? as usize,
+            "--seconds" => parsed.seconds = value("--seconds")?,
+            "--clusters" => parsed.clusters = value("--clusters")? as usize,
+            // cargo bench passes --bench; libtest-style filters are ignored.
+            _ => {}
+        }
+    }
+    Ok(parsed)
+}
+
+/// What an agent reports of a running AppWrapper (about 1 KiB of JSON).
+fn observed(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "workload.codeflare.dev/v1beta2",
+        "kind": "AppWrapper",
+        "metadata": {"name": name, "namespace": "ml", "generation": 3,
+                     "labels": {"lifeboat.dev/binding": name, "kueue.x-k8s.io/queue-name": "gpu"}},
+        "status": {
+            "phase": "Running",
+            "resettingCount": 0,
+            "conditions": [
+                {"type": "QuotaReserved", "status": "True", "reason": "AppWrapperRunnable", "message": "", "lastTransitionTime": "2026-05-01T12:00:00Z"},
+                {"type": "ResourcesDeployed", "status": "True", "reason": "AppWrapperRunnable", "message": "", "lastTransitionTime": "2026-05-01T12:00:01Z"},
+                {"type": "PodsReady", "status": "True", "reason": "AppWrapperRunnable", "message": "", "lastTransitionTime": "2026-05-01T12:00:30Z"},
+                {"type": "Unhealthy", "status": "False", "reason": "FoundNoFailedPods", "message": "", "lastTransitionTime": "2026-05-01T12:00:30Z"}
+            ],
+            "componentStatus": [
+                {"name": "master", "kind": "PyTorchJob", "apiVersion": "kubeflow.org/v1",
+                 "podSets": [{"replicas": 1, "path": "template.spec.pytorchReplicaSpecs.Master.template"},
+                             {"replicas": 3, "path": "template.spec.pytorchReplicaSpecs.Worker.template"}],
+                 "conditions": [{"type": "ResourcesDeployed", "status": "True", "reason": "Created", "message": "", "lastTransitionTime": "2026-05-01T12:00:01Z"}]}
+            ]
+        }
+    })
+}
+
+/// One batch's body, split around the observation time (filled in per round, so every round
+/// is a newer report and none is screened out as a replay).
+fn batch_template(namespace: &str, batch: usize) -> Result<Vec<String>, serde_json::Error> {
+    let sentinel: Timestamp = SENTINEL.parse().unwrap_or(Timestamp::UNIX_EPOCH);
+    let items = (0..BATCH)
+        .map(|i| {
+            let name = format!("w{}", batch * BATCH + i);
+            WorkStatus {
+                key: key(namespace, &name),
+                binding_uid: format!("uid-{name}"),
+                revision: 1,
+                applied: true,
+                applied_message: None,
+                observed: Some(observed(&name)),
+                observed_at: Time(sentinel),
+                reset_generation: None,
+                fenced: false,
+            }
+        })
+        .collect();
+    let body = serde_json::to_string(&StatusReport { items, full: false })?;
+    Ok(body.split(SENTINEL).map(str::to_string).collect())
+}
+
+struct Outcome {
+    items: u64,
+    latencies: Vec<Duration>,
+}
+
+async fn agent(
+    client: support::HttpsClient,
+    url: String,
+    token: String,
+    templates: Arc<Vec<Vec<String>>>,
+    first_round: i64,
+    until: Instant,
+) -> Result<Outcome, String> {
+    let mut outcome = Outcome {
+        items: 0,
+        latencies: Vec::new(),
+    };
+    let mut round = first_round;
+    while Instant::now() < until {
+        round += 1;
+        let at = Timestamp::from_second(1_780_000_000 + round)
+            .map_err(|e| e.to_string())?
+            .to_string();
+        for template in templates.iter() {
+            let body = template.join(&at);
+            let request = http::Request::post(&url)
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .map_err(|e| e.to_string())?;
+            let started = Instant::now();
+            let response = client.request(request).await.map_err(|e| e.to_string())?;
+            let status = response.status();
+            let bytes = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(|e| e.to_string())?
+                .to_bytes();
+            outcome.latencies.push(started.elapsed());
+            let answer: StatusResponse = serde_json::from_slice(&bytes)
+                .map_err(|e| format!("{status}: {e}: {}", String::from_utf8_lossy(&bytes)))?;
+            if !answer.rejected.is_empty() || answer.accepted != BATCH {
+                return Err(format!("batch not fully taken: {answer:?}"));
+            }
+            outcome.items += answer.accepted as u64;
+        }
+    }
+    Ok(outcome)
+}
+
+/// CPU time of this process (client and server), from /proc (USER_HZ is 100 on Linux).
+fn cpu_seconds() -> f64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the command name (which is in parentheses and may contain spaces).
+            let rest = stat.rsplit_once(')')?.1;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let utime: f64 = fields.get(11)?.parse().ok()?;
+            let stime: f64 = fields.get(12)?.parse().ok()?;
+            Some((utime + stime) / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let hub = Hub::start_counting(fleet.client("hub").await?, "agent-api-bench", |_| {}).await?;
+    let (server_tls, client_tls) = tls_pair(&workspace_root().join("target/agent-api-bench-pki"))?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hub.api.clone().serve(listener, server_tls, async {
+        let _ = stopped.await;
+    }));
+
+    let mut agents = Vec::new();
+    for c in 0..args.clusters {
+        let cluster = format!("bench-{c}");
+        let token = hub.register(&cluster).await?;
+        for w in 0..BATCH * BATCHES_PER_ROUND {
+            hub.work
+                .upsert(&cluster, work(&hub.namespace, &format!("w{w}")));
+        }
+        let templates = (0..BATCHES_PER_ROUND)
+            .map(|b| batch_template(&hub.namespace, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        agents.push((cluster, token, Arc::new(templates)));
+    }
+    println!(
+        "{} clusters x {} work items, batches of {BATCH}, {} s per run, HTTPS on 127.0.0.1:{port}",
+        args.clusters,
+        BATCH * BATCHES_PER_ROUND,
+        args.seconds
+    );
+
+    let mut rates = Vec::new();
+    let mut per_cpu = Vec::new();
+    let mut round = 0i64;
+    // Run 0 warms up (connections, allocator) and is not counted.
+    for run in 0..=args.runs {
+        let seconds = if run == 0 { 2 } else { args.seconds };
+        let before = hub.taken.load(Ordering::Relaxed);
+        let cpu_before = cpu_seconds();
+        let started = Instant::now();
+        let until = started + Duration::from_secs(seconds);
+        let tasks: Vec<_> = agents
+            .iter()
+            .map(|(cluster, token, templates)| {
+                tokio::spawn(agent(
+                    https_client(client_tls.clone()),
+                    format!("https://localhost:{port}{}", protocol::status_path(cluster)),
+                    token.clone(),
+                    templates.clone(),
+                    round,
+                    until,
+                ))
+            })
+            .collect();
+        let mut items = 0;
+        let mut latencies = Vec::new();
+        for task in tasks {
+            let outcome = task.await??;
+            items += outcome.items;
+            latencies.extend(outcome.latencies);
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let cpu = cpu_seconds() - cpu_before;
+        round += 1_000_000;
+        let taken = hub.taken.load(Ordering::Relaxed) - before;
+        if taken != items {
+            return Err(
+                format!("the intake took {taken} items, the agents were told {items}").into(),
+            );
+        }
+        latencies.sort();
+        let rate = items as f64 / elapsed;
+        if run > 0 {
+            rates.push(rate);
+            per_cpu.push(items as f64 / cpu.max(f64::EPSILON));
+            println!(
+                "run {run}: {items} items in {elapsed:.2} s = {rate:.0} items/s; batch latency p50 {:.1} ms, p99 {:.1} ms ({} batches); {cpu:.2} CPU-s in this process (agents + API) = {:.0} items per CPU-second",
+                percentile(&latencies, 0.5).as_secs_f64() * 1e3,
+                percentile(&latencies, 0.99).as_secs_f64() * 1e3,
+                latencies.len(),
+                items as f64 / cpu.max(f64::EPSILON)
+            );
+        }
+    }
+    rates.sort_by(|a, b| a.total_cmp(b));
+    per_cpu.sort_by(|a, b| a.total_cmp(b));
+    if let (Some(min), Some(max)) = (rates.first(), rates.last()) {
+        println!(
+            "status ingestion through the agent API: median {:.0} items/s ({min:.0} to {max:.0}, {} runs), median {:.0} items per CPU-second of agents + API; target >= 20,000 items/s (end to end)",
+            rates[rates.len() / 2],
+            rates.len(),
+            per_cpu[per_cpu.len() / 2]
+        );
+    }
+    let _ = stop.send(());
+    server.await??;
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    let args = match args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut config = FleetConfig::new(workspace_root().join("target/e2e-fleets/agent-api-bench"));
+    config.members = 1;
+    config.nodes_per_member = 1;
+    let fleet = match runtime.block_on(Fleet::up(config)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("fleet up: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(bench(&fleet, &args));
+    fleet.teardown();
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

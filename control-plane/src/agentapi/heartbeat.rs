@@ -1,0 +1,323 @@
+//! Heartbeats: each renews the cluster's Lease (the hub's clock, so agent clock skew does not
+//! matter) and, when it changed, writes the inventory into the Cluster status. The status is
+//! written by server-side apply as [`FIELD_MANAGER`], which owns the inventory fields,
+//! `lastHeartbeatTime` and `agent`; the `Ready` condition and the unreachable taint belong to the
+//! cluster health monitor ([`crate::clusters`]), which follows the Lease.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Request, State};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::{Resource, ResourceExt};
+use lifeboat_api::cluster::{AgentInfo, Cluster, ClusterStatus};
+use lifeboat_api::protocol::{HeartbeatRequest, HeartbeatResponse, Inventory};
+use tracing::Instrument;
+
+use super::auth::CLUSTER_NAME_LABEL;
+use super::{ApiError, FIELD_MANAGER, Shared, json_body};
+use crate::clusters::lease_name;
+
+/// The Cluster status fields the agent API owns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct AgentStatusFields {
+    pub agent: Option<AgentInfo>,
+    pub last_heartbeat: Option<Time>,
+    pub inventory: Option<Inventory>,
+}
+
+impl AgentStatusFields {
+    /// What a Cluster's status holds of these fields.
+    pub fn from_status(status: Option<&ClusterStatus>) -> AgentStatusFields {
+        let Some(status) = status else {
+            return AgentStatusFields::default();
+        };
+        let has_inventory = status.kubernetes_version.is_some()
+            || !status.api_enablements.is_empty()
+            || status.node_summary.is_some()
+            || status.resource_summary.is_some()
+            || !status.node_groups.is_empty()
+            || status.node_health.is_some();
+        AgentStatusFields {
+            agent: status.agent.clone(),
+            last_heartbeat: status.last_heartbeat_time.clone(),
+            inventory: has_inventory.then(|| Inventory {
+                kubernetes_version: status.kubernetes_version.clone(),
+                api_enablements: status.api_enablements.clone(),
+                node_summary: status.node_summary.clone().unwrap_or_default(),
+                resource_summary: status.resource_summary.clone().unwrap_or_default(),
+                node_groups: status.node_groups.clone(),
+                node_health: status.node_health.clone().unwrap_or_default(),
+            }),
+        }
+    }
+
+    /// The server-side apply body: every field this manager owns (a field left out would be
+    /// removed).
+    pub fn apply_body(&self, cluster: &str) -> serde_json::Value {
+        let mut status = ClusterStatus {
+            agent: self.agent.clone(),
+            last_heartbeat_time: self.last_heartbeat.clone(),
+            ..ClusterStatus::default()
+        };
+        if let Some(inventory) = &self.inventory {
+            status.kubernetes_version = inventory.kubernetes_version.clone();
+            status.api_enablements = inventory.api_enablements.clone();
+            status.node_summary = Some(inventory.node_summary.clone());
+            status.resource_summary = Some(inventory.resource_summary.clone());
+            status.node_groups = inventory.node_groups.clone();
+            status.node_health = Some(inventory.node_health.clone());
+        }
+        serde_json::json!({
+            "apiVersion": Cluster::api_version(&()),
+            "kind": Cluster::kind(&()),
+            "metadata": {"name": cluster},
+            "status": status,
+        })
+    }
+
+    /// The fields after a heartbeat at `now`: the inventory when sent, `lastHeartbeatTime` when
+    /// it is older than `refresh` (a quarter of the lease: fewer writes, still fresh enough to
+    /// read).
+    pub fn after_heartbeat(
+        &self,
+        inventory: Option<&Inventory>,
+        now: Timestamp,
+        refresh: std::time::Duration,
+    ) -> AgentStatusFields {
+        let mut next = self.clone();
+        if let Some(inventory) = inventory {
+            next.inventory = Some(inventory.clone());
+        }
+        let stale = self.last_heartbeat.as_ref().is_none_or(|last| {
+            now.duration_since(last.0)
+                .try_into()
+                .is_ok_and(|age: std::time::Duration| age >= refresh)
+                || last.0 > now
+        });
+        if stale {
+            next.last_heartbeat = Some(Time(whole_seconds(now)));
+        }
+        next
+    }
+}
+
+/// `metav1.Time` is stored with second precision: keep what the apiserver will give back, so a
+/// cached value compares equal to a read one.
+pub(crate) fn whole_seconds(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).unwrap_or(t)
+}
+
+/// A cached copy of what was written, for the Cluster with this UID.
+#[derive(Debug, Clone)]
+pub(crate) struct Written {
+    uid: Option<String>,
+    fields: AgentStatusFields,
+}
+
+impl Shared {
+    /// Changes the agent-owned status fields of `cluster` with `update` and writes them when they
+    /// differ from what was last written. Returns whether it wrote.
+    pub(crate) async fn write_agent_status(
+        &self,
+        cluster: &Cluster,
+        update: impl FnOnce(&AgentStatusFields) -> AgentStatusFields,
+    ) -> Result<bool, ApiError> {
+        let name = cluster.name_any();
+        let uid = cluster.metadata.uid.clone();
+        let (current, desired) = {
+            let cache = self.agent_status.lock().unwrap_or_else(|e| e.into_inner());
+            let current = cache
+                .get(&name)
+                .filter(|w| w.uid == uid)
+                .map(|w| w.fields.clone())
+                .unwrap_or_else(|| AgentStatusFields::from_status(cluster.status.as_ref()));
+            let desired = update(&current);
+            (current, desired)
+        };
+        let wrote = current != desired;
+        if wrote {
+            Api::<Cluster>::all(self.client.clone())
+                .patch_status(
+                    &name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(desired.apply_body(&name)),
+                )
+                .await
+                .map_err(|e| ApiError::from_kube(&format!("writing Cluster {name} status"), e))?;
+        }
+        self.agent_status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                name,
+                Written {
+                    uid,
+                    fields: desired,
+                },
+            );
+        Ok(wrote)
+    }
+
+    /// Renews (or creates) the cluster's Lease: holder `identity`, the hub's lease duration,
+    /// renewed now. The Lease is owned by the Cluster.
+    pub(crate) async fn renew_lease(
+        &self,
+        cluster: &Cluster,
+        identity: &str,
+    ) -> Result<(), ApiError> {
+        let name = cluster.name_any();
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(lease_name(&name)),
+                namespace: Some(self.config.namespace.clone()),
+                labels: Some([(CLUSTER_NAME_LABEL.to_string(), name.clone())].into()),
+                owner_references: cluster.owner_ref(&()).map(|o| vec![o]),
+                ..ObjectMeta::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(identity.to_string()),
+                lease_duration_seconds: Some(self.config.lease_seconds()),
+                renew_time: Some(MicroTime(self.now())),
+                ..LeaseSpec::default()
+            }),
+        };
+        Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace)
+            .patch(
+                &lease_name(&name),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&lease),
+            )
+            .await
+            .map_err(|e| {
+                ApiError::from_kube(&format!("renewing Lease {}", lease_name(&name)), e)
+            })?;
+        Ok(())
+    }
+}
+
+pub(super) async fn heartbeat(
+    State(shared): State<Arc<Shared>>,
+    Path(cluster): Path<String>,
+    request: Request,
+) -> Result<Json<HeartbeatResponse>, ApiError> {
+    let span = tracing::info_span!("heartbeat", cluster = %cluster);
+    async move {
+        let caller = shared.authenticate(request.headers(), &cluster).await?;
+        let body: HeartbeatRequest =
+            json_body(request, "heartbeat", shared.config.body_limit).await?;
+        if body.identity.trim().is_empty() {
+            return Err(ApiError::BadRequest(
+                "identity: must name the agent replica, got an empty string".into(),
+            ));
+        }
+        let lease_duration_seconds = shared.config.lease_seconds();
+        if caller.object.metadata.deletion_timestamp.is_some() {
+            tracing::info!("the Cluster is being deleted: telling its agent to stop");
+            return Ok(Json(HeartbeatResponse {
+                lease_duration_seconds,
+                stop: true,
+            }));
+        }
+        shared.renew_lease(&caller.object, &body.identity).await?;
+        let now = shared.now();
+        let refresh = shared.config.lease_duration / 4;
+        shared
+            .write_agent_status(&caller.object, |current| {
+                current.after_heartbeat(body.inventory.as_ref(), now, refresh)
+            })
+            .await?;
+        if !body.fenced.is_empty() {
+            let works: Vec<String> = body.fenced.iter().map(|k| k.to_string()).collect();
+            tracing::warn!(
+                fenced = works.len(),
+                works = %works.join(","),
+                "the agent suspended work while it was cut off from the hub"
+            );
+        }
+        Ok(Json(HeartbeatResponse {
+            lease_duration_seconds,
+            stop: false,
+        }))
+    }
+    .instrument(span)
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lifeboat_api::cluster::{NodeSummary, Quantity, ResourceSummary};
+    use std::time::Duration;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn inventory(gpus: &str) -> Inventory {
+        Inventory {
+            kubernetes_version: Some("v1.36.3".into()),
+            node_summary: NodeSummary {
+                total_num: 4,
+                ready_num: 4,
+            },
+            resource_summary: ResourceSummary {
+                allocatable: [("nvidia.com/gpu".to_string(), Quantity(gpus.into()))].into(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_heartbeat_changes_the_status_only_when_something_is_new() {
+        let refresh = Duration::from_secs(10);
+        let t0 = at("2026-05-01T12:00:00.250Z");
+        let first =
+            AgentStatusFields::default().after_heartbeat(Some(&inventory("32")), t0, refresh);
+        assert_eq!(first.last_heartbeat, Some(Time(at("2026-05-01T12:00:00Z"))));
+        // same inventory 5 s later: nothing to write
+        let t5 = at("2026-05-01T12:00:05Z");
+        assert_eq!(
+            first.after_heartbeat(Some(&inventory("32")), t5, refresh),
+            first
+        );
+        // no inventory sent: the last one stays
+        assert_eq!(first.after_heartbeat(None, t5, refresh), first);
+        // a new inventory is written at once
+        let changed = first.after_heartbeat(Some(&inventory("24")), t5, refresh);
+        assert_ne!(changed, first);
+        assert_eq!(changed.last_heartbeat, first.last_heartbeat);
+        // a quarter lease later the heartbeat time moves
+        let t10 = at("2026-05-01T12:00:10Z");
+        let later = first.after_heartbeat(None, t10, refresh);
+        assert_eq!(later.last_heartbeat, Some(Time(t10)));
+    }
+
+    #[test]
+    fn the_fields_round_trip_through_the_cluster_status() {
+        let fields = AgentStatusFields {
+            agent: Some(AgentInfo {
+                identity: "agent-0/1".into(),
+                version: "0.1.0".into(),
+                registered_at: Some(Time(at("2026-05-01T12:00:00Z"))),
+                fencing_period_seconds: Some(60),
+            }),
+            last_heartbeat: Some(Time(at("2026-05-01T12:00:00Z"))),
+            inventory: Some(inventory("32")),
+        };
+        let body = fields.apply_body("gpu-east");
+        assert_eq!(body["kind"], "Cluster");
+        assert_eq!(body["apiVersion"], "cluster.lifeboat.dev/v1alpha1");
+        assert!(body["status"].get("conditions").is_none(), "{body}");
+        let status: ClusterStatus = serde_json::from_value(body["status"].clone()).unwrap();
+        assert_eq!(AgentStatusFields::from_status(Some(&status)), fields);
+        assert_eq!(
+            AgentStatusFields::from_status(None),
+            AgentStatusFields::default()
+        );
+    }
+}

@@ -1,0 +1,759 @@
+//! Cluster health: the hub's view of whether each member's agent is alive, from the Lease the
+//! agent renews through its heartbeats (`cluster-<name>` in the hub namespace).
+//!
+//! - Lease renewed within its duration → `Ready=True` (reason `ClusterReady`), no taint.
+//! - Not renewed within its duration → `Ready=Unknown` (reason `ClusterStatusUnknown`, the last
+//!   renewal in the message) and the taint `cluster.lifeboat.dev/unreachable:NoSchedule`.
+//! - No agent ever registered → `Ready=Unknown` (reason `AgentNotRegistered`) and the taint.
+//!
+//! A new leader gives every lease a full duration from the moment it starts leading (agents
+//! renew through the hub, so none could while there was no leader). The monitor is the only
+//! writer of the `Ready` condition (the condition list is atomic: one owner) and of the
+//! unreachable taint (server-side apply, field manager [`FIELD_MANAGER`], owning only that item of
+//! the `spec.taints` list-map). Each transition gets an Event on the Cluster and goes out on a
+//! broadcast channel for the failover code.
+//!
+//! [`judge`] is the pure decision; [`ClusterHealthMonitor::run`] is the IO around it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use lifeboat_api::cluster::{
+    CONDITION_READY, Cluster, HUB_SYSTEM_NAMESPACE, REASON_CLUSTER_READY, REASON_LEASE_EXPIRED,
+    REASON_NOT_REGISTERED, TAINT_UNREACHABLE,
+};
+use prometheus::{IntGaugeVec, Opts, Registry};
+use tokio::sync::{Notify, broadcast, watch};
+use tokio::time::Instant;
+
+use crate::agentapi::auth::CLUSTER_NAME_LABEL;
+use crate::agentapi::spawn_reflector;
+use crate::leadership::LeaderState;
+
+/// Field manager of the `Ready` condition and the unreachable taint.
+pub const FIELD_MANAGER: &str = "lifeboat-hub/cluster-health";
+/// Event reasons.
+pub const EVENT_READY: &str = "ClusterReady";
+pub const EVENT_UNREACHABLE: &str = "ClusterUnreachable";
+/// The effect of the unreachable taint.
+pub const TAINT_EFFECT: &str = "NoSchedule";
+/// After a write, how long the monitor trusts it over a Cluster cache that does not show it yet.
+const WRITE_SETTLE: Duration = Duration::from_secs(5);
+
+/// Name of cluster `cluster`'s Lease in the hub namespace.
+pub fn lease_name(cluster: &str) -> String {
+    format!("cluster-{cluster}")
+}
+
+/// Settings of the monitor.
+#[derive(Debug, Clone)]
+pub struct ClusterHealthConfig {
+    /// Namespace of the Leases.
+    pub namespace: String,
+    /// Lease duration for a Lease that does not say its own (the agent API writes it).
+    pub lease_duration: Duration,
+    /// Leases are checked at least this often (and at each expiry, and on each change).
+    pub period: Duration,
+    /// A Cluster nobody registered yet is left alone this long after its creation (its agent
+    /// may be registering right now).
+    pub registration_grace: Duration,
+    /// Only Clusters matching this label selector (shards; tests). `None`: every Cluster.
+    pub cluster_selector: Option<String>,
+}
+
+impl Default for ClusterHealthConfig {
+    fn default() -> Self {
+        ClusterHealthConfig {
+            namespace: HUB_SYSTEM_NAMESPACE.to_string(),
+            lease_duration: Duration::from_secs(40),
+            period: Duration::from_secs(1),
+            registration_grace: Duration::from_secs(5),
+            cluster_selector: None,
+        }
+    }
+}
+
+/// Whether a cluster's agent is alive, as the hub sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClusterHealth {
+    /// The Lease is fresh.
+    Ready,
+    /// The Lease expired (or vanished).
+    Unreachable,
+    /// No agent ever registered.
+    NotRegistered,
+}
+
+impl ClusterHealth {
+    /// The `Ready` condition status.
+    pub fn condition_status(self) -> &'static str {
+        match self {
+            ClusterHealth::Ready => "True",
+            _ => "Unknown",
+        }
+    }
+
+    pub fn reason(self) -> &'static str {
+        match self {
+            ClusterHealth::Ready => REASON_CLUSTER_READY,
+            ClusterHealth::Unreachable => REASON_LEASE_EXPIRED,
+            ClusterHealth::NotRegistered => REASON_NOT_REGISTERED,
+        }
+    }
+
+    pub fn tainted(self) -> bool {
+        self != ClusterHealth::Ready
+    }
+
+    /// `lifeboat_hub_cluster_ready`: 1 True, 0 False, -1 Unknown.
+    pub fn metric_value(self) -> i64 {
+        match self {
+            ClusterHealth::Ready => 1,
+            _ => -1,
+        }
+    }
+
+    /// The health a Cluster's `Ready` condition shows, if it has one this monitor wrote.
+    pub fn from_condition(condition: &Condition) -> Option<ClusterHealth> {
+        match (condition.status.as_str(), condition.reason.as_str()) {
+            ("True", _) => Some(ClusterHealth::Ready),
+            ("Unknown", REASON_NOT_REGISTERED) => Some(ClusterHealth::NotRegistered),
+            ("Unknown", _) => Some(ClusterHealth::Unreachable),
+            _ => None,
+        }
+    }
+}
+
+/// The monitor's judgement of one cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub health: ClusterHealth,
+    pub message: String,
+    /// When a Ready cluster's lease expires (the monitor wakes up then).
+    pub expires: Option<Timestamp>,
+}
+
+fn plus(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// Judges `cluster` from its Lease at `now`. `leading_since`: when this hub started leading
+/// (no lease is considered expired before a full duration from then). `None`: too early to say.
+pub fn judge(
+    cluster: &Cluster,
+    lease: Option<&Lease>,
+    now: Timestamp,
+    leading_since: Timestamp,
+    config: &ClusterHealthConfig,
+) -> Option<Verdict> {
+    let spec = lease.and_then(|l| l.spec.as_ref());
+    let renewed = spec.and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()));
+    let duration = spec
+        .and_then(|s| s.lease_duration_seconds)
+        .and_then(|s| u64::try_from(s).ok())
+        .map(Duration::from_secs)
+        .unwrap_or(config.lease_duration);
+    let holder = spec
+        .and_then(|s| s.holder_identity.as_deref())
+        .unwrap_or("unknown");
+    if let Some(renewed) = renewed {
+        let expires = plus(renewed.0.max(leading_since), duration);
+        return Some(if now < expires {
+            Verdict {
+                health: ClusterHealth::Ready,
+                message: format!("the agent ({holder}) renews the cluster's lease"),
+                expires: Some(expires),
+            }
+        } else {
+            Verdict {
+                health: ClusterHealth::Unreachable,
+                message: format!(
+                    "the agent ({holder}) last renewed the cluster's lease at {} and the lease \
+                     ({}s) expired at {expires}",
+                    renewed.0,
+                    duration.as_secs()
+                ),
+                expires: None,
+            }
+        });
+    }
+    let created = cluster
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(leading_since);
+    let registered = cluster.status.as_ref().and_then(|s| s.agent.as_ref());
+    match registered {
+        None if now < plus(created, config.registration_grace) => None,
+        None => Some(Verdict {
+            health: ClusterHealth::NotRegistered,
+            message: "no agent has registered for this cluster".into(),
+            expires: None,
+        }),
+        Some(agent) => {
+            // Registered, but the Lease is gone: give it one duration.
+            let since = created.max(leading_since);
+            (now >= plus(since, duration)).then(|| Verdict {
+                health: ClusterHealth::Unreachable,
+                message: format!(
+                    "the agent ({}) registered but the cluster has no lease",
+                    agent.identity
+                ),
+                expires: None,
+            })
+        }
+    }
+}
+
+/// What a Cluster shows of the monitor's fields.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Shown {
+    pub ready: Option<Condition>,
+    pub taint: Option<Taint>,
+}
+
+impl Shown {
+    pub fn of(cluster: &Cluster) -> Shown {
+        Shown {
+            ready: cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY))
+                .cloned(),
+            taint: cluster
+                .spec
+                .taints
+                .iter()
+                .find(|t| t.key == TAINT_UNREACHABLE && t.effect == TAINT_EFFECT)
+                .cloned(),
+        }
+    }
+
+    pub fn health(&self) -> Option<ClusterHealth> {
+        self.ready.as_ref().and_then(ClusterHealth::from_condition)
+    }
+
+    /// Whether the Cluster already shows `health` (condition status and reason, and the taint).
+    pub fn matches(&self, health: ClusterHealth) -> bool {
+        self.ready
+            .as_ref()
+            .is_some_and(|c| c.status == health.condition_status() && c.reason == health.reason())
+            && self.taint.is_some() == health.tainted()
+    }
+}
+
+/// The `Ready` condition for `verdict`; the transition time stays when the status does.
+pub fn ready_condition(
+    verdict: &Verdict,
+    shown: &Shown,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
+    let last_transition_time = shown
+        .ready
+        .as_ref()
+        .filter(|c| c.status == verdict.health.condition_status())
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: CONDITION_READY.to_string(),
+        status: verdict.health.condition_status().to_string(),
+        reason: verdict.health.reason().to_string(),
+        message: verdict.message.clone(),
+        last_transition_time,
+        observed_generation: generation,
+    }
+}
+
+/// A change of a cluster's health.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadinessTransition {
+    pub cluster: String,
+    /// `None`: the cluster had no verdict before.
+    pub from: Option<ClusterHealth>,
+    pub to: ClusterHealth,
+    pub message: String,
+    pub at: Time,
+}
+
+/// The cluster health monitor.
+pub struct ClusterHealthMonitor {
+    config: ClusterHealthConfig,
+    client: kube::Client,
+    ready_gauge: IntGaugeVec,
+    transitions: broadcast::Sender<ReadinessTransition>,
+    readiness: watch::Sender<BTreeMap<String, ClusterHealth>>,
+    recorder: Recorder,
+}
+
+struct Remembered {
+    health: ClusterHealth,
+    written: Option<Instant>,
+}
+
+impl ClusterHealthMonitor {
+    /// Creates the monitor and registers `lifeboat_hub_cluster_ready{cluster}` in `registry`.
+    pub fn new(
+        config: ClusterHealthConfig,
+        client: kube::Client,
+        registry: &Registry,
+    ) -> Result<ClusterHealthMonitor, prometheus::Error> {
+        let ready_gauge = IntGaugeVec::new(
+            Opts::new(
+                "lifeboat_hub_cluster_ready",
+                "Ready condition of each member cluster: 1 True, 0 False, -1 Unknown",
+            ),
+            &["cluster"],
+        )?;
+        registry.register(Box::new(ready_gauge.clone()))?;
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "lifeboat-hub".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        Ok(ClusterHealthMonitor {
+            config,
+            client,
+            ready_gauge,
+            transitions: broadcast::channel(1024).0,
+            readiness: watch::channel(BTreeMap::new()).0,
+            recorder,
+        })
+    }
+
+    /// Every transition from now on (a slow receiver loses the oldest: read
+    /// [`ClusterHealthMonitor::readiness`] for the current state).
+    pub fn subscribe(&self) -> broadcast::Receiver<ReadinessTransition> {
+        self.transitions.subscribe()
+    }
+
+    /// The current health of every judged cluster.
+    pub fn readiness(&self) -> watch::Receiver<BTreeMap<String, ClusterHealth>> {
+        self.readiness.subscribe()
+    }
+
+    /// Watches Clusters and Leases and keeps the clusters' health while this hub leads, until
+    /// `shutdown` completes.
+    pub async fn run(
+        self,
+        mut leadership: watch::Receiver<LeaderState>,
+        shutdown: impl Future<Output = ()>,
+    ) {
+        let wake = Arc::new(Notify::new());
+        let mut cluster_watch = watcher::Config::default();
+        if let Some(selector) = &self.config.cluster_selector {
+            cluster_watch = cluster_watch.labels(selector);
+        }
+        let (clusters, cluster_task) = spawn_reflector(
+            Api::<Cluster>::all(self.client.clone()),
+            cluster_watch,
+            "Clusters (cluster health)",
+            Some(wake.clone()),
+        );
+        let (leases, lease_task) = spawn_reflector(
+            Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace),
+            watcher::Config::default().labels(CLUSTER_NAME_LABEL),
+            "cluster Leases",
+            Some(wake.clone()),
+        );
+        let _abort = AbortOnDrop(vec![cluster_task, lease_task]);
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut memory: HashMap<String, Remembered> = HashMap::new();
+        let mut leading_since: Option<Timestamp> = None;
+        let mut next_wake = Instant::now();
+        loop {
+            let leading = leadership.borrow().is_leader;
+            match (leading, leading_since) {
+                (true, None) => {
+                    leading_since = Some(Timestamp::now());
+                    memory.clear();
+                    let _ = tokio::time::timeout(Duration::from_secs(30), async {
+                        let _ = clusters.wait_until_ready().await;
+                        let _ = leases.wait_until_ready().await;
+                    })
+                    .await;
+                }
+                (false, Some(_)) => leading_since = None,
+                _ => {}
+            }
+            if let Some(since) = leading_since {
+                let soonest = self.evaluate(&clusters, &leases, since, &mut memory).await;
+                let period = Instant::now() + self.config.period;
+                next_wake = soonest
+                    .and_then(|t| Timestamp::now().duration_until(t).try_into().ok())
+                    .map(|d: Duration| (Instant::now() + d + Duration::from_millis(5)).min(period))
+                    .unwrap_or(period);
+            }
+            tokio::select! {
+                _ = &mut shutdown => return,
+                changed = leadership.changed() => if changed.is_err() { return },
+                _ = wake.notified() => {}
+                _ = tokio::time::sleep_until(next_wake), if leading_since.is_some() => {}
+            }
+        }
+    }
+
+    /// Judges every cluster, writes what differs; returns the soonest lease expiry.
+    async fn evaluate(
+        &self,
+        clusters: &Store<Cluster>,
+        leases: &Store<Lease>,
+        leading_since: Timestamp,
+        memory: &mut HashMap<String, Remembered>,
+    ) -> Option<Timestamp> {
+        let now = Timestamp::now();
+        let mut soonest: Option<Timestamp> = None;
+        let mut present = BTreeMap::new();
+        for cluster in clusters.state() {
+            let name = cluster.name_any();
+            if cluster.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let lease =
+                leases.get(&ObjectRef::new(&lease_name(&name)).within(&self.config.namespace));
+            let Some(verdict) = judge(&cluster, lease.as_deref(), now, leading_since, &self.config)
+            else {
+                continue;
+            };
+            if let Some(expires) = verdict.expires {
+                soonest = Some(soonest.map_or(expires, |s| s.min(expires)));
+            }
+            present.insert(name.clone(), verdict.health);
+            let shown = Shown::of(&cluster);
+            let remembered = memory.get(&name);
+            let known = remembered.map(|r| r.health).or_else(|| shown.health());
+            if shown.matches(verdict.health) {
+                memory.insert(
+                    name,
+                    Remembered {
+                        health: verdict.health,
+                        written: None,
+                    },
+                );
+                continue;
+            }
+            if remembered.is_some_and(|r| {
+                r.health == verdict.health && r.written.is_some_and(|w| w.elapsed() < WRITE_SETTLE)
+            }) {
+                continue; // written; the cache has not caught up yet
+            }
+            let span = tracing::info_span!("cluster_health", cluster = %name);
+            let _entered = span.enter();
+            match self.write(&cluster, &verdict, &shown, now).await {
+                Ok(()) => {
+                    memory.insert(
+                        name.clone(),
+                        Remembered {
+                            health: verdict.health,
+                            written: Some(Instant::now()),
+                        },
+                    );
+                    if known != Some(verdict.health) {
+                        self.announce(&cluster, known, &verdict, now).await;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, health = ?verdict.health, "writing the cluster's health failed; retrying")
+                }
+            }
+        }
+        // Gauges and the snapshot follow the clusters that exist.
+        let previous = self.readiness.borrow().clone();
+        for gone in previous.keys().filter(|c| !present.contains_key(*c)) {
+            let _ = self.ready_gauge.remove_label_values(&[gone]);
+            memory.remove(gone);
+        }
+        for (cluster, health) in &present {
+            self.ready_gauge
+                .with_label_values(&[cluster])
+                .set(health.metric_value());
+        }
+        if previous != present {
+            self.readiness.send_replace(present);
+        }
+        soonest
+    }
+
+    /// Writes the condition and the taint. Unhealthy: taint first (the scheduler reads it),
+    /// then the condition; healthy: condition first, then the taint goes.
+    async fn write(
+        &self,
+        cluster: &Cluster,
+        verdict: &Verdict,
+        shown: &Shown,
+        now: Timestamp,
+    ) -> Result<(), kube::Error> {
+        let name = cluster.name_any();
+        let api: Api<Cluster> = Api::all(self.client.clone());
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let condition = ready_condition(verdict, shown, cluster.metadata.generation, now);
+        let status = serde_json::json!({
+            "apiVersion": Cluster::api_version(&()),
+            "kind": Cluster::kind(&()),
+            "metadata": {"name": name},
+            "status": {"conditions": [condition]},
+        });
+        if verdict.health.tainted() {
+            let taint = Taint {
+                key: TAINT_UNREACHABLE.to_string(),
+                effect: TAINT_EFFECT.to_string(),
+                value: None,
+                time_added: shown
+                    .taint
+                    .as_ref()
+                    .and_then(|t| t.time_added.clone())
+                    .or(Some(Time(now))),
+            };
+            let spec = serde_json::json!({
+                "apiVersion": Cluster::api_version(&()),
+                "kind": Cluster::kind(&()),
+                "metadata": {"name": name},
+                "spec": {"taints": [taint]},
+            });
+            api.patch(&name, &params, &Patch::Apply(&spec)).await?;
+            api.patch_status(&name, &params, &Patch::Apply(&status))
+                .await?;
+        } else {
+            let after = api
+                .patch_status(&name, &params, &Patch::Apply(&status))
+                .await?;
+            // Removed with a guarded JSON patch rather than by applying without it: applying a
+            // spec that ends up empty would drop the (required) spec, and a taint someone else
+            // added must go as well (this monitor is the authority on it).
+            if let Some(index) = after
+                .spec
+                .taints
+                .iter()
+                .position(|t| t.key == TAINT_UNREACHABLE && t.effect == TAINT_EFFECT)
+            {
+                let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
+                    {"op": "test", "path": format!("/spec/taints/{index}/key"), "value": TAINT_UNREACHABLE},
+                    {"op": "test", "path": format!("/spec/taints/{index}/effect"), "value": TAINT_EFFECT},
+                    {"op": "remove", "path": format!("/spec/taints/{index}")},
+                ]))
+                .map_err(kube::Error::SerdeError)?;
+                api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn announce(
+        &self,
+        cluster: &Cluster,
+        from: Option<ClusterHealth>,
+        verdict: &Verdict,
+        now: Timestamp,
+    ) {
+        let name = cluster.name_any();
+        let (type_, reason) = match verdict.health {
+            ClusterHealth::Ready => (EventType::Normal, EVENT_READY),
+            _ => (EventType::Warning, EVENT_UNREACHABLE),
+        };
+        if verdict.health == ClusterHealth::Ready {
+            tracing::info!(from = ?from, "cluster ready");
+        } else {
+            tracing::warn!(from = ?from, to = ?verdict.health, message = %verdict.message, "cluster unreachable");
+        }
+        let event = Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(truncate(&verdict.message, 1000)),
+            action: "MonitorLease".into(),
+            secondary: None,
+        };
+        if let Err(error) = self
+            .recorder
+            .publish(&event, &cluster.object_ref(&()))
+            .await
+        {
+            tracing::warn!(%error, "publishing the cluster health Event failed");
+        }
+        let _ = self.transitions.send(ReadinessTransition {
+            cluster: name,
+            from,
+            to: verdict.health,
+            message: verdict.message.clone(),
+            at: Time(now),
+        });
+    }
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+    use kube::api::ObjectMeta;
+    use lifeboat_api::cluster::{AgentInfo, ClusterSpec, ClusterStatus};
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_780_000_000 + second).unwrap()
+    }
+
+    fn cluster(created: i64, registered: bool) -> Cluster {
+        let mut c = Cluster::new("gpu-east", ClusterSpec::default());
+        c.metadata.creation_timestamp = Some(Time(at(created)));
+        if registered {
+            c.status = Some(ClusterStatus {
+                agent: Some(AgentInfo {
+                    identity: "agent-0".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        c
+    }
+
+    fn lease(renewed: i64, seconds: i32) -> Lease {
+        Lease {
+            metadata: ObjectMeta::default(),
+            spec: Some(LeaseSpec {
+                holder_identity: Some("agent-0".into()),
+                lease_duration_seconds: Some(seconds),
+                renew_time: Some(MicroTime(at(renewed))),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn config() -> ClusterHealthConfig {
+        ClusterHealthConfig::default()
+    }
+
+    fn health(v: Option<Verdict>) -> Option<ClusterHealth> {
+        v.map(|v| v.health)
+    }
+
+    #[test]
+    fn a_lease_not_renewed_within_its_duration_makes_the_cluster_unreachable() {
+        let c = cluster(0, true);
+        let l = lease(100, 40);
+        let j = |now| judge(&c, Some(&l), at(now), at(0), &config());
+        assert_eq!(health(j(139)), Some(ClusterHealth::Ready));
+        assert_eq!(j(139).unwrap().expires, Some(at(140)));
+        assert_eq!(health(j(140)), Some(ClusterHealth::Unreachable));
+        let message = j(141).unwrap().message;
+        assert!(
+            message.contains("agent-0") && message.contains("40s"),
+            "{message}"
+        );
+        // renewed again: ready
+        let renewed = lease(141, 40);
+        assert_eq!(
+            health(judge(&c, Some(&renewed), at(141), at(0), &config())),
+            Some(ClusterHealth::Ready)
+        );
+    }
+
+    #[test]
+    fn a_new_leader_gives_every_lease_a_full_duration() {
+        let c = cluster(0, true);
+        let l = lease(100, 40);
+        // the hub was down from 100 to 200: the lease is long expired, but leading since 200
+        assert_eq!(
+            health(judge(&c, Some(&l), at(210), at(200), &config())),
+            Some(ClusterHealth::Ready)
+        );
+        assert_eq!(
+            health(judge(&c, Some(&l), at(240), at(200), &config())),
+            Some(ClusterHealth::Unreachable)
+        );
+    }
+
+    #[test]
+    fn clusters_without_a_lease() {
+        // never registered: after the registration grace
+        let c = cluster(100, false);
+        assert_eq!(health(judge(&c, None, at(102), at(0), &config())), None);
+        assert_eq!(
+            health(judge(&c, None, at(105), at(0), &config())),
+            Some(ClusterHealth::NotRegistered)
+        );
+        // registered but the lease is gone: after one duration
+        let c = cluster(100, true);
+        assert_eq!(health(judge(&c, None, at(139), at(0), &config())), None);
+        assert_eq!(
+            health(judge(&c, None, at(140), at(0), &config())),
+            Some(ClusterHealth::Unreachable)
+        );
+    }
+
+    fn verdict(health: ClusterHealth) -> Verdict {
+        Verdict {
+            health,
+            message: "m".into(),
+            expires: None,
+        }
+    }
+
+    #[test]
+    fn what_the_cluster_shows_decides_whether_to_write() {
+        let mut c = cluster(0, true);
+        let shown = Shown::of(&c);
+        assert!(!shown.matches(ClusterHealth::Ready));
+        let condition =
+            ready_condition(&verdict(ClusterHealth::Unreachable), &shown, Some(1), at(5));
+        assert_eq!(
+            (condition.status.as_str(), condition.reason.as_str()),
+            ("Unknown", "ClusterStatusUnknown")
+        );
+        assert_eq!(condition.last_transition_time, Time(at(5)));
+        c.status.as_mut().unwrap().conditions = vec![condition];
+        // the condition alone is not enough: the taint is missing
+        assert!(!Shown::of(&c).matches(ClusterHealth::Unreachable));
+        c.spec.taints = vec![Taint {
+            key: TAINT_UNREACHABLE.into(),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }];
+        let shown = Shown::of(&c);
+        assert!(shown.matches(ClusterHealth::Unreachable));
+        assert_eq!(shown.health(), Some(ClusterHealth::Unreachable));
+        assert!(!shown.matches(ClusterHealth::NotRegistered));
+        // same status again: the transition time stays
+        let again = ready_condition(&verdict(ClusterHealth::Unreachable), &shown, Some(1), at(9));
+        assert_eq!(again.last_transition_time, Time(at(5)));
+        let ready = ready_condition(&verdict(ClusterHealth::Ready), &shown, Some(1), at(9));
+        assert_eq!(ready.last_transition_time, Time(at(9)));
+    }
+}

@@ -1,0 +1,251 @@
+//! From a binding and its template to the work each cluster's agent applies, pure.
+//!
+//! The manifest is the template without what belongs to the hub's copy (uid, resourceVersion,
+//! managed fields, owner references, finalizers, status, `kubectl` bookkeeping), labelled with
+//! its binding so the agent can adopt it after a restart and remove it when it is no longer
+//! assigned. A Divided workload gets its cluster's share of the replicas through the kind's
+//! ReviseReplica rule.
+
+use std::collections::BTreeMap;
+
+use lifeboat_api::binding::{
+    ANNOTATION_BINDING_UID, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE, ResourceBinding,
+    TargetCluster,
+};
+use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
+use lifeboat_api::protocol::{Work, WorkKey};
+use serde_json::{Map, Value};
+
+/// Annotations that are the hub copy's own business.
+const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error("the template is not an object")]
+    NotAnObject,
+    #[error("{kind} has no ReviseReplica rule, so its replicas cannot be divided among clusters")]
+    NoReviseRule { kind: String },
+    #[error("ReviseReplica failed: {0}")]
+    Revise(String),
+}
+
+impl DispatchError {
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            DispatchError::NotAnObject => "not_an_object",
+            DispatchError::NoReviseRule { .. } => "no_revise_rule",
+            DispatchError::Revise(_) => "revise",
+        }
+    }
+}
+
+/// The key of a binding's work.
+pub fn work_key(binding: &ResourceBinding) -> WorkKey {
+    WorkKey {
+        namespace: binding.metadata.namespace.clone().unwrap_or_default(),
+        name: binding.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+/// Whether the binding divides its replicas among clusters (then each cluster's manifest is
+/// revised to its share).
+pub fn divides_replicas(binding: &ResourceBinding) -> bool {
+    !binding.spec.gang
+        && binding.spec.replicas > 0
+        && binding
+            .spec
+            .placement
+            .as_ref()
+            .and_then(|p| p.replica_scheduling.as_ref())
+            .is_some_and(|r| r.replica_scheduling_type == ReplicaSchedulingType::Divided)
+}
+
+/// The template as the member must receive it: hub-only metadata and status dropped, the
+/// binding's labels and UID annotation added.
+pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Value, DispatchError> {
+    let object = template.as_object().ok_or(DispatchError::NotAnObject)?;
+    let mut out = Map::new();
+    for (key, value) in object {
+        match key.as_str() {
+            "status" | "metadata" => {}
+            _ => {
+                out.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    let meta = object.get("metadata").and_then(Value::as_object);
+    let field = |name: &str| meta.and_then(|m| m.get(name)).cloned();
+    let mut metadata = Map::new();
+    for name in ["name", "namespace"] {
+        if let Some(v) = field(name) {
+            metadata.insert(name.into(), v);
+        }
+    }
+    let mut labels: BTreeMap<String, Value> = field("labels")
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    let (namespace, name) = binding.key();
+    labels.insert(LABEL_BINDING_NAMESPACE.into(), Value::String(namespace));
+    labels.insert(LABEL_BINDING_NAME.into(), Value::String(name));
+    metadata.insert("labels".into(), Value::Object(labels.into_iter().collect()));
+    let mut annotations: BTreeMap<String, Value> = field("annotations")
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default();
+    for dropped in DROPPED_ANNOTATIONS {
+        annotations.remove(*dropped);
+    }
+    annotations.insert(
+        ANNOTATION_BINDING_UID.into(),
+        Value::String(binding.metadata.uid.clone().unwrap_or_default()),
+    );
+    metadata.insert(
+        "annotations".into(),
+        Value::Object(annotations.into_iter().collect()),
+    );
+    out.insert("metadata".into(), Value::Object(metadata));
+    Ok(Value::Object(out))
+}
+
+/// The work for one target cluster. `revise` applies the kind's ReviseReplica rule
+/// (`Ok(None)`: the kind has none).
+pub fn work_for(
+    binding: &ResourceBinding,
+    base: &Value,
+    target: &TargetCluster,
+    revise: impl FnOnce(&Value, i64) -> Result<Option<Value>, String>,
+) -> Result<Work, DispatchError> {
+    let manifest = if divides_replicas(binding) {
+        match revise(base, i64::from(target.replicas)).map_err(DispatchError::Revise)? {
+            Some(revised) => revised,
+            None => {
+                return Err(DispatchError::NoReviseRule {
+                    kind: binding.spec.resource.kind.clone(),
+                });
+            }
+        }
+    } else {
+        base.clone()
+    };
+    Ok(Work {
+        key: work_key(binding),
+        binding_uid: binding.metadata.uid.clone().unwrap_or_default(),
+        revision: 0,
+        manifest,
+        purge_mode: purge_mode(binding),
+        reset: None,
+    })
+}
+
+/// The purge mode the workload fails over with (application failover's, else cluster
+/// failover's), which tells the agent whether to fence it on a partition.
+pub fn purge_mode(binding: &ResourceBinding) -> Option<PurgeMode> {
+    let failover = binding.spec.failover.as_ref()?;
+    failover
+        .application
+        .as_ref()
+        .map(|a| a.purge_mode())
+        .or_else(|| failover.cluster.as_ref().map(|c| c.purge_mode()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lifeboat_api::binding::ResourceBindingSpec;
+    use serde_json::json;
+
+    fn binding(spec: serde_json::Value) -> ResourceBinding {
+        let mut b = ResourceBinding::new(
+            "web-deployment",
+            serde_json::from_value::<ResourceBindingSpec>(spec).unwrap(),
+        );
+        b.metadata.namespace = Some("shop".into());
+        b.metadata.uid = Some("rb-uid".into());
+        b
+    }
+
+    fn template() -> Value {
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "uid": "t-uid", "resourceVersion": "9",
+                         "generation": 3, "creationTimestamp": "2026-01-01T00:00:00Z",
+                         "managedFields": [{"manager": "kubectl"}], "finalizers": ["x"],
+                         "ownerReferences": [{"kind": "Foo"}],
+                         "labels": {"app": "web"},
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
+            "spec": {"replicas": 6, "template": {"spec": {"containers": [{"name": "c"}]}}},
+            "status": {"replicas": 6}
+        })
+    }
+
+    #[test]
+    fn the_manifest_loses_hub_metadata_and_gains_its_binding() {
+        let b = binding(
+            json!({"resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}),
+        );
+        let m = base_manifest(&template(), &b).unwrap();
+        assert_eq!(
+            m,
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "shop",
+                    "labels": {"app": "web", "work.lifeboat.dev/binding-name": "web-deployment",
+                               "work.lifeboat.dev/binding-namespace": "shop"},
+                    "annotations": {"keep": "me", "work.lifeboat.dev/binding-uid": "rb-uid"}},
+                "spec": {"replicas": 6, "template": {"spec": {"containers": [{"name": "c"}]}}}
+            })
+        );
+        assert!(base_manifest(&json!([1]), &b).is_err());
+    }
+
+    #[test]
+    fn divided_replicas_are_revised_per_cluster() {
+        let b = binding(json!({
+            "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "replicas": 6,
+            "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided"}},
+            "failover": {"application": {"purgeMode": "Directly"}}
+        }));
+        let base = base_manifest(&template(), &b).unwrap();
+        let target = TargetCluster {
+            name: "m1".into(),
+            replicas: 2,
+        };
+        let work = work_for(&b, &base, &target, |obj, n| {
+            let mut obj = obj.clone();
+            obj["spec"]["replicas"] = json!(n);
+            Ok(Some(obj))
+        })
+        .unwrap();
+        assert_eq!(work.manifest["spec"]["replicas"], 2);
+        assert_eq!(work.purge_mode, Some(PurgeMode::Directly));
+        assert_eq!(work.key.to_string(), "shop/web-deployment");
+        let err = work_for(&b, &base, &target, |_, _| Ok(None)).unwrap_err();
+        assert_eq!(err.metric_label(), "no_revise_rule");
+    }
+
+    #[test]
+    fn duplicated_and_gang_workloads_keep_their_replicas() {
+        let b = binding(json!({
+            "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "replicas": 6,
+            "placement": {"replicaScheduling": {"replicaSchedulingType": "Duplicated"}}
+        }));
+        let base = base_manifest(&template(), &b).unwrap();
+        let target = TargetCluster {
+            name: "m1".into(),
+            replicas: 6,
+        };
+        let work = work_for(&b, &base, &target, |_, _| panic!("not revised")).unwrap();
+        assert_eq!(work.manifest["spec"]["replicas"], 6);
+        assert_eq!(work.purge_mode, None);
+        let mut gang = b.clone();
+        gang.spec.gang = true;
+        gang.spec.placement = Some(
+            serde_json::from_value(
+                json!({"replicaScheduling": {"replicaSchedulingType": "Divided"}}),
+            )
+            .unwrap(),
+        );
+        assert!(!divides_replicas(&gang));
+    }
+}

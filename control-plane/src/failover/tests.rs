@@ -1,0 +1,505 @@
+use super::*;
+use lifeboat_api::binding::InPlaceResetRecord;
+use serde_json::{Value, json};
+
+fn at(second: i64) -> Time {
+    Time(Timestamp::from_second(1_900_000_000 + second).unwrap())
+}
+
+fn binding(failover: Value, clusters: &[&str], items: Value) -> ResourceBinding {
+    let clusters: Vec<Value> = clusters.iter().map(|c| json!({"name": c})).collect();
+    serde_json::from_value(json!({
+        "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+        "metadata": {"name": "w", "namespace": "ns", "generation": 3},
+        "spec": {"resource": {"apiVersion": "batch/v1", "kind": "Job", "name": "w"},
+                 "clusters": clusters, "failover": failover},
+        "status": {"schedulerObservedGeneration": 3, "aggregatedStatus": items}
+    }))
+    .unwrap()
+}
+
+fn unhealthy(cluster: &str, since: i64, class: &str) -> Value {
+    json!({"clusterName": cluster, "applied": true, "health": "Unhealthy",
+           "failureClass": class, "healthReason": "FoundFailedPods: pod p failed",
+           "unhealthySince": at(since).0.to_string(),
+           "firstObservedAt": at(0).0.to_string(),
+           "lastHealthyTime": at(0).0.to_string(),
+           "status": {"phase": "Running", "checkpoint": "ckpt-42"}})
+}
+
+fn ready(names: &[&str]) -> BTreeMap<String, ClusterState> {
+    names
+        .iter()
+        .map(|n| (n.to_string(), ClusterState::default()))
+        .collect()
+}
+
+fn decide_at(b: &ResourceBinding, now: i64, clusters: &BTreeMap<String, ClusterState>) -> Decision {
+    decide_with(b, now, clusters, false, true)
+}
+
+fn decide_with(
+    b: &ResourceBinding,
+    now: i64,
+    clusters: &BTreeMap<String, ClusterState>,
+    resets_itself: bool,
+    fits: bool,
+) -> Decision {
+    let now = at(now);
+    let fits = move |_: &str| fits;
+    decide(
+        b,
+        &Context {
+            now: &now,
+            clusters,
+            resets_itself,
+            fits: &fits,
+        },
+    )
+}
+
+fn app(extra: Value) -> Value {
+    let mut app =
+        json!({"decisionConditions": {"tolerationSeconds": 60}, "purgeMode": "Gracefully"});
+    if let (Some(a), Some(e)) = (app.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            a.insert(k.clone(), v.clone());
+        }
+    }
+    json!({"application": app})
+}
+
+#[test]
+fn an_unhealthy_placement_is_evicted_once_the_toleration_is_over() {
+    let b = binding(
+        app(json!({})),
+        &["a", "b"],
+        json!([unhealthy("a", 100, "Infrastructure")]),
+    );
+    let clusters = ready(&["a", "b"]);
+    let d = decide_at(&b, 159, &clusters);
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.next_check, Some(at(160)));
+    let d = decide_at(&b, 160, &clusters);
+    assert_eq!(d.evictions.len(), 1);
+    let e = &d.evictions[0];
+    assert_eq!((e.cluster.as_str(), e.reason), ("a", "ApplicationFailure"));
+    assert_eq!(e.class, FailureClass::Infrastructure);
+    assert_eq!(e.purge_mode, PurgeMode::Gracefully);
+    assert_eq!(e.grace_period_seconds, Some(600));
+    assert_eq!(e.block_seconds, Some(600));
+}
+
+#[test]
+fn zero_toleration_evicts_in_the_same_pass() {
+    let b = binding(
+        app(json!({"decisionConditions": {"tolerationSeconds": 0}, "blockPredecessorSeconds": 0})),
+        &["a"],
+        json!([unhealthy("a", 100, "Capacity")]),
+    );
+    let d = decide_at(&b, 100, &ready(&["a"]));
+    assert_eq!(d.evictions.len(), 1);
+    // blockPredecessorSeconds 0: the cluster never gets this workload again
+    assert_eq!(d.evictions[0].block_seconds, None);
+}
+
+#[test]
+fn unknown_and_healthy_placements_stay() {
+    let mut item = unhealthy("a", 100, "Infrastructure");
+    item["health"] = json!("Unknown");
+    let b = binding(app(json!({})), &["a"], json!([item]));
+    assert_eq!(decide_at(&b, 10_000, &ready(&["a"])), Decision::default());
+}
+
+#[test]
+fn the_delay_precondition_waits_after_the_first_status() {
+    let b = binding(
+        app(
+            json!({"decisionConditions": {"tolerationSeconds": 0}, "preConditions": {"delaySeconds": 100}}),
+        ),
+        &["a"],
+        json!([unhealthy("a", 10, "Infrastructure")]),
+    );
+    let d = decide_at(&b, 50, &ready(&["a"]));
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.next_check, Some(at(100)));
+    assert_eq!(decide_at(&b, 100, &ready(&["a"])).evictions.len(), 1);
+}
+
+#[test]
+fn healthy_state_precondition_leaves_never_healthy_placements_to_the_cluster() {
+    let mut item = unhealthy("a", 10, "Infrastructure");
+    item.as_object_mut().unwrap().remove("lastHealthyTime");
+    let b = binding(
+        app(
+            json!({"decisionConditions": {"tolerationSeconds": 0}, "preConditions": {"healthyState": "Healthy"}}),
+        ),
+        &["a"],
+        json!([item]),
+    );
+    let d = decide_at(&b, 50, &ready(&["a"]));
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.blocked[0].reason, "NeverHealthy");
+}
+
+#[test]
+fn application_failures_stay_unless_the_policy_moves_them() {
+    let b = binding(
+        app(json!({})),
+        &["a"],
+        json!([unhealthy("a", 0, "Application")]),
+    );
+    let d = decide_at(&b, 1000, &ready(&["a"]));
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.blocked[0].reason, "ApplicationFailure");
+    assert!(d.blocked[0].message.contains("moveOnApplicationFailure"));
+    let b = binding(
+        app(json!({"moveOnApplicationFailure": true})),
+        &["a"],
+        json!([unhealthy("a", 0, "Application")]),
+    );
+    assert_eq!(decide_at(&b, 1000, &ready(&["a"])).evictions.len(), 1);
+}
+
+#[test]
+fn an_appwrapper_moves_when_failed_out_of_room_or_losing_its_nodes_without_room() {
+    let clusters = ready(&["a"]);
+    let with = |phase: &str, class: &str, reason: &str| {
+        let mut item = unhealthy("a", 0, class);
+        item["status"]["phase"] = json!(phase);
+        item["healthReason"] = json!(reason);
+        binding(app(json!({})), &["a"], json!([item]))
+    };
+    // resetting in place: the agent's retry loop is on it
+    let b = with("Resetting", "Infrastructure", "FoundFailedPods: x");
+    assert!(
+        decide_with(&b, 1000, &clusters, true, true)
+            .evictions
+            .is_empty()
+    );
+    // retries exhausted
+    let b = with("Failed", "Infrastructure", "FoundFailedPods: x");
+    assert_eq!(
+        decide_with(&b, 1000, &clusters, true, true).evictions.len(),
+        1
+    );
+    // no room in the cluster
+    let b = with(
+        "Running",
+        "Capacity",
+        "InsufficientPodsReady: unschedulable",
+    );
+    assert_eq!(
+        decide_with(&b, 1000, &clusters, true, true).evictions.len(),
+        1
+    );
+    // a spot notice: moved only when the cluster has no other room
+    let b = with(
+        "Resetting",
+        "Infrastructure",
+        "SpotReclamation: pod p on node n",
+    );
+    assert!(
+        decide_with(&b, 1000, &clusters, true, true)
+            .evictions
+            .is_empty()
+    );
+    assert_eq!(
+        decide_with(&b, 1000, &clusters, true, false)
+            .evictions
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn in_place_resets_come_first_each_after_a_pause_and_a_new_toleration() {
+    let failover = app(json!({"decisionConditions": {"tolerationSeconds": 10},
+                              "inPlaceReset": {"limit": 2, "pauseSeconds": 5}}));
+    let mut b = binding(
+        failover,
+        &["a"],
+        json!([unhealthy("a", 0, "Infrastructure")]),
+    );
+    let clusters = ready(&["a"]);
+    assert_eq!(decide_at(&b, 9, &clusters).next_check, Some(at(10)));
+    let d = decide_at(&b, 10, &clusters);
+    assert_eq!(
+        d.resets,
+        vec![Reset {
+            cluster: "a".into(),
+            manual: None,
+            pause_seconds: 5
+        }]
+    );
+    assert!(d.evictions.is_empty());
+    let record = |count, at_s| InPlaceResetRecord {
+        cluster_name: "a".into(),
+        generation: i64::from(count),
+        count,
+        last_requested_at: at(at_s),
+        manual_request: None,
+    };
+    b.spec.in_place_resets = vec![record(1, 10)];
+    let d = decide_at(&b, 20, &clusters);
+    assert!(d.resets.is_empty() && d.evictions.is_empty());
+    assert_eq!(d.next_check, Some(at(25)));
+    assert_eq!(decide_at(&b, 25, &clusters).resets.len(), 1);
+    b.spec.in_place_resets = vec![record(2, 25)];
+    assert_eq!(decide_at(&b, 39, &clusters).next_check, Some(at(40)));
+    let d = decide_at(&b, 40, &clusters);
+    assert!(d.resets.is_empty());
+    assert_eq!(d.evictions.len(), 1);
+}
+
+#[test]
+fn a_manual_reset_is_served_once() {
+    let mut b = binding(json!(null), &["a"], json!([]));
+    b.metadata.annotations = Some(BTreeMap::from([(
+        lifeboat_api::binding::ANNOTATION_RESET_REQUEST.to_string(),
+        "a/n1".to_string(),
+    )]));
+    let d = decide_at(&b, 1, &ready(&["a"]));
+    assert_eq!(d.resets[0].manual.as_deref(), Some("a/n1"));
+    b.spec.in_place_resets = vec![InPlaceResetRecord {
+        cluster_name: "a".into(),
+        generation: 1,
+        count: 0,
+        last_requested_at: at(1),
+        manual_request: Some("a/n1".into()),
+    }];
+    assert!(decide_at(&b, 2, &ready(&["a"])).resets.is_empty());
+}
+
+#[test]
+fn a_lost_cluster_loses_its_placements_after_the_cluster_toleration() {
+    let b = binding(
+        json!({"cluster": {"purgeMode": "Directly", "tolerationSeconds": 30}}),
+        &["a", "b"],
+        json!([unhealthy("a", 0, "Infrastructure")]),
+    );
+    let mut clusters = ready(&["a", "b"]);
+    clusters.get_mut("a").unwrap().not_ready_since = Some(at(100));
+    let d = decide_at(&b, 129, &clusters);
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.next_check, Some(at(130)));
+    let d = decide_at(&b, 130, &clusters);
+    assert_eq!(d.evictions.len(), 1);
+    assert_eq!(d.evictions[0].reason, "ClusterFailure");
+    assert_eq!(d.evictions[0].purge_mode, PurgeMode::Directly);
+    // a deleted cluster (gone from the hub) at once, whatever the policy
+    let b = binding(json!(null), &["gone"], json!([]));
+    let d = decide_at(&b, 0, &clusters);
+    assert_eq!(d.evictions[0].reason, "ClusterDeleted");
+    assert_eq!(d.evictions[0].purge_mode, PurgeMode::Gracefully);
+}
+
+#[test]
+fn evictions_leave_a_task_and_a_history_record() {
+    let mut b = binding(
+        app(json!({})),
+        &["a", "b"],
+        json!([unhealthy("a", 0, "Infrastructure")]),
+    );
+    let d = decide_at(&b, 100, &ready(&["a", "b"]));
+    let evicted = apply_evictions(&mut b.spec, &d.evictions, &at(100));
+    assert_eq!(evicted, ["a"]);
+    assert_eq!(b.spec.clusters.len(), 1);
+    let task = &b.spec.graceful_eviction_tasks[0];
+    assert_eq!(task.from_cluster, "a");
+    assert_eq!(task.clusters_before_failover, ["a", "b"]);
+    assert_eq!(task.creation_timestamp, Some(at(100)));
+    let record = &b.spec.eviction_history[0];
+    assert_eq!(record.expires_at, Some(at(700)));
+    assert_eq!(record.failure_class, Some(FailureClass::Infrastructure));
+    // evicting again from a cluster no longer placed there changes nothing
+    assert!(apply_evictions(&mut b.spec, &d.evictions, &at(101)).is_empty());
+}
+
+fn with_task(mode: &str, extra: Value) -> ResourceBinding {
+    let mut task = json!({"fromCluster": "a", "purgeMode": mode, "reason": "ApplicationFailure",
+        "producer": "lifeboat-hub", "creationTimestamp": at(100).0.to_string(),
+        "clustersBeforeFailover": ["a"]});
+    if let (Some(t), Some(e)) = (task.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            t.insert(k.clone(), v.clone());
+        }
+    }
+    let mut b = binding(app(json!({})), &["b"], json!([]));
+    b.spec.graceful_eviction_tasks = vec![serde_json::from_value(task).unwrap()];
+    b
+}
+
+fn settle_at(
+    b: &ResourceBinding,
+    now: i64,
+    clusters: &BTreeMap<String, ClusterState>,
+    confirmed: &[&str],
+) -> (Vec<TaskChange>, Decision) {
+    let now = at(now);
+    let fits = |_: &str| true;
+    let ctx = Context {
+        now: &now,
+        clusters,
+        resets_itself: false,
+        fits: &fits,
+    };
+    let mut decision = Decision::default();
+    let confirmed = confirmed.iter().map(|s| s.to_string()).collect();
+    (settle_tasks(b, &ctx, &confirmed, &mut decision), decision)
+}
+
+fn healthy_item(cluster: &str) -> Value {
+    json!({"clusterName": cluster, "applied": true, "health": "Healthy"})
+}
+
+#[test]
+fn gracefully_waits_for_the_new_copy_or_the_grace_period() {
+    let mut b = with_task("Gracefully", json!({"gracePeriodSeconds": 60}));
+    let clusters = ready(&["a", "b"]);
+    let (changes, d) = settle_at(&b, 120, &clusters, &[]);
+    assert!(changes.is_empty());
+    assert_eq!(d.next_check, Some(at(160)));
+    let (changes, _) = settle_at(&b, 160, &clusters, &[]);
+    assert!(matches!(&changes[0], TaskChange::Remove { why, .. } if why.contains("grace")));
+    b.status.as_mut().unwrap().aggregated_status =
+        vec![serde_json::from_value(healthy_item("b")).unwrap()];
+    let (changes, _) = settle_at(&b, 120, &clusters, &[]);
+    assert!(matches!(&changes[0], TaskChange::Remove { why, .. } if why.contains("Healthy")));
+}
+
+#[test]
+fn an_empty_placement_is_never_a_healthy_one() {
+    // karmada#7455: nothing else fitted; the old copy must stay
+    let mut b = with_task("Gracefully", json!({"gracePeriodSeconds": 600}));
+    b.spec.clusters.clear();
+    assert!(!new_placement_healthy(&b));
+    let (changes, _) = settle_at(&b, 200, &ready(&["a"]), &[]);
+    assert!(changes.is_empty());
+}
+
+#[test]
+fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
+    let mut b = with_task("Directly", json!({}));
+    let clusters = ready(&["a", "b"]);
+    assert!(!may_create_in(&b.spec, "b"));
+    assert!(may_create_in(&b.spec, "a"));
+    let (changes, d) = settle_at(&b, 120, &clusters, &[]);
+    assert!(changes.is_empty());
+    assert_eq!(d.blocked[0].reason, "WaitingForPurge");
+    // the agent reports the old copy gone after the eviction
+    b.status.as_mut().unwrap().aggregated_status = vec![
+        serde_json::from_value(json!({
+        "clusterName": "a", "applied": false, "health": "Unknown",
+        "observedAt": at(105).0.to_string()}))
+        .unwrap(),
+    ];
+    let (changes, _) = settle_at(&b, 120, &clusters, &[]);
+    assert_eq!(
+        changes,
+        vec![TaskChange::Purged {
+            cluster: "a".into()
+        }]
+    );
+    apply_task_changes(&mut b.spec, &changes, &at(120));
+    assert!(may_create_in(&b.spec, "b"));
+    // a report from before the eviction proves nothing
+    let mut early = with_task("Directly", json!({}));
+    early.status.as_mut().unwrap().aggregated_status = vec![
+        serde_json::from_value(json!({
+        "clusterName": "a", "applied": false, "health": "Unknown",
+        "observedAt": at(99).0.to_string()}))
+        .unwrap(),
+    ];
+    assert!(settle_at(&early, 120, &clusters, &[]).0.is_empty());
+    // a fenced cluster counts as purged
+    let mut fenced = clusters.clone();
+    fenced.get_mut("a").unwrap().fenced = true;
+    let fresh = with_task("Directly", json!({}));
+    assert_eq!(
+        settle_at(&fresh, 120, &fenced, &[]).0,
+        vec![TaskChange::Purged {
+            cluster: "a".into()
+        }]
+    );
+}
+
+#[test]
+fn never_keeps_the_old_copy_until_confirmed() {
+    let b = with_task("Never", json!({"suppressDeletion": true}));
+    let clusters = ready(&["a", "b"]);
+    let (changes, d) = settle_at(&b, 100_000, &clusters, &[]);
+    assert!(changes.is_empty());
+    assert_eq!(d.blocked[0].reason, "WaitingForPurgeConfirmation");
+    let (changes, _) = settle_at(&b, 100_000, &clusters, &["a"]);
+    assert!(matches!(&changes[0], TaskChange::Remove { .. }));
+}
+
+#[test]
+fn state_is_preserved_from_the_reflected_status() {
+    let rules: StatePreservation = serde_json::from_value(json!({"rules": [
+        {"aliasLabelName": "training.example.com/checkpoint", "jsonPath": "{.checkpoint}"},
+        {"aliasLabelName": "missing", "jsonPath": "{.nothing.here}"},
+        {"aliasLabelName": "bad", "jsonPath": "{.phrase}"},
+        {"aliasLabelName": "step", "jsonPath": "{.progress.step}"}
+    ]}))
+    .unwrap();
+    let item: AggregatedStatusItem = serde_json::from_value(json!({
+        "clusterName": "a",
+        "status": {"checkpoint": "ckpt-42", "phrase": "not a label!", "progress": {"step": 1200}}
+    }))
+    .unwrap();
+    let labels = preserve(&rules, Some(&item));
+    assert_eq!(
+        labels,
+        BTreeMap::from([
+            (
+                "training.example.com/checkpoint".to_string(),
+                "ckpt-42".to_string()
+            ),
+            ("step".to_string(), "1200".to_string())
+        ])
+    );
+    assert!(preserve(&rules, None).is_empty());
+}
+
+#[test]
+fn the_newest_preserved_state_follows_every_later_copy() {
+    let failover = app(json!({"decisionConditions": {"tolerationSeconds": 0},
+        "statePreservation": {"rules": [{"aliasLabelName": "ckpt", "jsonPath": "{.checkpoint}"}]}}));
+    let mut b = binding(
+        failover,
+        &["a", "b"],
+        json!([unhealthy("a", 0, "Infrastructure")]),
+    );
+    let d = decide_at(&b, 1, &ready(&["a", "b"]));
+    apply_evictions(&mut b.spec, &d.evictions, &at(1));
+    assert_eq!(
+        preserved_labels(&b.spec),
+        BTreeMap::from([("ckpt".to_string(), "ckpt-42".to_string())])
+    );
+}
+
+#[test]
+fn history_keeps_the_newest_and_drops_expired_first() {
+    let record = |i: i64, expires: Option<i64>| EvictionRecord {
+        cluster_name: format!("c{i}"),
+        reason: "ApplicationFailure".into(),
+        failure_class: None,
+        message: None,
+        evicted_at: at(i),
+        expires_at: expires.map(at),
+        preserved_label_state: BTreeMap::new(),
+    };
+    let mut history: Vec<EvictionRecord> = (0..MAX_EVICTION_HISTORY as i64)
+        .map(|i| record(i, None))
+        .collect();
+    history.insert(5, record(100, Some(50)));
+    prune_history(&mut history, &at(60));
+    assert_eq!(history.len(), MAX_EVICTION_HISTORY);
+    assert!(history.iter().all(|r| r.cluster_name != "c100"));
+    history.push(record(200, None));
+    prune_history(&mut history, &at(60));
+    assert_eq!(history[0].cluster_name, "c1");
+    assert_eq!(history.last().unwrap().cluster_name, "c200");
+}

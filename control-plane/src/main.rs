@@ -1,0 +1,217 @@
+//! `lifeboat-hub`: the Lifeboat hub. Users apply workloads and propagation policies to the hub
+//! cluster; the hub places each on member clusters, hands the work to the members' agents and
+//! shows the health of every placement.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
+use lifeboat_hub::agentapi::AgentApiConfig;
+use lifeboat_hub::clusters::ClusterHealthConfig;
+use lifeboat_hub::hub::{self, AgentApiTls, HubOptions};
+use lifeboat_runtime::leader::{self, LeaseConfig};
+use lifeboat_scheduler::SchedulerConfig;
+use lifeboat_tls::PemFiles;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lifeboat-hub",
+    version,
+    about = "Lifeboat hub: places workloads on member clusters and shows their health"
+)]
+struct Args {
+    /// Kubeconfig of the hub cluster (default: in-cluster, then ~/.kube/config).
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Namespace of the agents' credentials, bootstrap tokens, Leases and the hub's own Lease.
+    #[arg(long, default_value = HUB_SYSTEM_NAMESPACE, env = "LIFEBOAT_NAMESPACE")]
+    namespace: String,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "127.0.0.1:9465")]
+    metrics_bind: SocketAddr,
+    /// Address of the agent API (HTTPS).
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    agent_api_bind: SocketAddr,
+    /// DNS names and IP addresses of the agent API's certificate when the hub issues it
+    /// (comma-separated).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "lifeboat-hub,lifeboat-hub.lifeboat-system.svc,localhost,127.0.0.1"
+    )]
+    agent_api_names: Vec<String>,
+    /// Secret (in --namespace) holding the CA the hub issues the agent API's certificate from.
+    #[arg(long, default_value = "lifeboat-hub-ca")]
+    agent_api_ca_secret: String,
+    /// Serve this certificate (PEM) instead of issuing one; re-read when it changes.
+    #[arg(long, requires = "agent_api_key_file")]
+    agent_api_cert_file: Option<PathBuf>,
+    /// Key of --agent-api-cert-file (PEM).
+    #[arg(long, requires = "agent_api_cert_file")]
+    agent_api_key_file: Option<PathBuf>,
+    /// A cluster whose agent has not renewed its Lease for this long is NotReady (seconds).
+    #[arg(long, default_value_t = 40)]
+    cluster_lease_seconds: u64,
+    /// How often agents heartbeat (seconds).
+    #[arg(long, default_value_t = 10)]
+    heartbeat_seconds: u64,
+    /// Templates bound in parallel.
+    #[arg(long, default_value_t = 4)]
+    binder_workers: usize,
+    /// Binding status writes in parallel.
+    #[arg(long, default_value_t = 8)]
+    status_writers: usize,
+    /// Scheduler plugins: `*` for all, `-Name` to disable one (Karmada's `--plugins`).
+    #[arg(long, default_value = "*")]
+    plugins: String,
+    /// Score plugin weights, `Name=weight,...`.
+    #[arg(long, default_value = "")]
+    plugin_weights: String,
+    /// Do not install or update the hub's CRDs at start.
+    #[arg(long)]
+    no_install_crds: bool,
+    /// Act only while holding the Lease (`--leader-elect=false`: one replica, always acts).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Name of the hub's Lease (in --namespace).
+    #[arg(long, default_value = "lifeboat-hub")]
+    leader_elect_lease_name: String,
+    /// This replica's identity in the Lease (default: hostname_pid).
+    #[arg(long, env = "POD_NAME")]
+    leader_elect_identity: Option<String>,
+}
+
+impl Args {
+    fn options(&self) -> anyhow::Result<HubOptions> {
+        let scheduler = SchedulerConfig::from_flags(&self.plugins, &self.plugin_weights)
+            .context("--plugins / --plugin-weights")?;
+        let agent_api_tls = match (&self.agent_api_cert_file, &self.agent_api_key_file) {
+            (Some(cert), Some(key)) => AgentApiTls::Files(PemFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: None,
+            }),
+            _ => AgentApiTls::CaSecret {
+                secret: self.agent_api_ca_secret.clone(),
+                names: self.agent_api_names.clone(),
+            },
+        };
+        anyhow::ensure!(
+            self.cluster_lease_seconds > 0,
+            "--cluster-lease-seconds: must be greater than 0"
+        );
+        anyhow::ensure!(
+            self.heartbeat_seconds > 0 && self.heartbeat_seconds < self.cluster_lease_seconds,
+            "--heartbeat-seconds: must be greater than 0 and less than --cluster-lease-seconds ({})",
+            self.cluster_lease_seconds
+        );
+        let lease_duration = Duration::from_secs(self.cluster_lease_seconds);
+        let leader_election = if self.leader_elect {
+            let lease = LeaseConfig::new(
+                self.leader_elect_lease_name.clone(),
+                self.namespace.clone(),
+                self.leader_elect_identity
+                    .clone()
+                    .unwrap_or_else(leader::default_identity),
+            );
+            lease
+                .validate()
+                .map_err(|e| anyhow::anyhow!("--leader-elect-{}: {}", e.field, e.reason))?;
+            Some(lease)
+        } else {
+            None
+        };
+        Ok(HubOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            install_crds: !self.no_install_crds,
+            metrics_bind: Some(self.metrics_bind),
+            agent_api_bind: self.agent_api_bind,
+            agent_api_tls,
+            agent_api: AgentApiConfig {
+                namespace: self.namespace.clone(),
+                lease_duration,
+                heartbeat_interval: Duration::from_secs(self.heartbeat_seconds),
+                ..AgentApiConfig::default()
+            },
+            cluster_health: ClusterHealthConfig {
+                namespace: self.namespace.clone(),
+                lease_duration,
+                ..ClusterHealthConfig::default()
+            },
+            leader_election,
+            binder_workers: self.binder_workers,
+            status_writers: self.status_writers,
+            scheduler,
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,kube_client=warn,kube_runtime=warn".into()),
+        )
+        .init();
+    let options = Args::parse().options()?;
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    let shutdown = async move {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = sigterm.recv() => {}
+        }
+        tracing::info!("shutting down");
+    };
+    hub::run(options, prometheus::Registry::new(), shutdown).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(flags: &[&str]) -> anyhow::Result<HubOptions> {
+        let argv = std::iter::once("lifeboat-hub").chain(flags.iter().copied());
+        Args::try_parse_from(argv)?.options()
+    }
+
+    #[test]
+    fn defaults_lead_by_lease_and_issue_the_agent_api_certificate() {
+        let o = options(&[]).unwrap();
+        let lease = o.leader_election.expect("on by default");
+        assert_eq!(lease.name, "lifeboat-hub");
+        assert_eq!(lease.namespace, HUB_SYSTEM_NAMESPACE);
+        assert!(
+            matches!(o.agent_api_tls, AgentApiTls::CaSecret { ref secret, .. } if secret == "lifeboat-hub-ca")
+        );
+        assert_eq!(o.agent_api.lease_duration, Duration::from_secs(40));
+        assert!(
+            options(&["--leader-elect=false"])
+                .unwrap()
+                .leader_election
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn bad_flags_are_named() {
+        let e = options(&["--heartbeat-seconds", "50"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--heartbeat-seconds"), "{e}");
+        let e = options(&["--plugins", "NoSuchPlugin"]).unwrap_err();
+        assert!(format!("{e:#}").contains("--plugins"), "{e:#}");
+        assert!(
+            options(&["--agent-api-cert-file", "/x"]).is_err(),
+            "needs the key too"
+        );
+        let files =
+            options(&["--agent-api-cert-file", "/c", "--agent-api-key-file", "/k"]).unwrap();
+        assert!(matches!(files.agent_api_tls, AgentApiTls::Files(_)));
+    }
+}

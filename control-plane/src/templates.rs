@@ -1,0 +1,236 @@
+//! Watches of the workload templates users apply to the hub, one per kind the hub places
+//! ([`crate::detector::TEMPLATE_KINDS`]) whose API exists on the hub. A kind whose CRD is not
+//! installed yet is looked for again periodically, so installing JobSet's CRD on a running hub
+//! is enough.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::core::GroupVersionKind;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use tokio::sync::watch;
+
+use crate::detector::{TEMPLATE_KINDS, TemplateKind};
+
+/// How often kinds missing from the hub's API are looked for again.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(15);
+
+/// One template: its kind and name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TemplateKey {
+    pub kind: &'static str,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for TemplateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}/{}", self.kind, self.namespace, self.name)
+    }
+}
+
+impl TemplateKey {
+    pub fn template_kind(&self) -> Option<&'static TemplateKind> {
+        TEMPLATE_KINDS.iter().find(|k| k.kind == self.kind)
+    }
+}
+
+struct Watched {
+    resource: ApiResource,
+    store: Store<DynamicObject>,
+}
+
+/// The watched kinds and their caches.
+#[derive(Default)]
+pub struct Templates {
+    kinds: RwLock<HashMap<&'static str, Watched>>,
+}
+
+impl Templates {
+    pub fn new() -> Templates {
+        Templates::default()
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<&'static str, Watched>> {
+        self.kinds.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The template, if its kind is watched and it exists.
+    pub fn get(&self, key: &TemplateKey) -> Option<Arc<DynamicObject>> {
+        let kinds = self.read();
+        let watched = kinds.get(key.kind)?;
+        watched
+            .store
+            .get(&ObjectRef::new_with(&key.name, watched.resource.clone()).within(&key.namespace))
+    }
+
+    /// Every cached template's key.
+    pub fn keys(&self) -> Vec<TemplateKey> {
+        let kinds = self.read();
+        let mut keys: Vec<TemplateKey> = kinds
+            .iter()
+            .flat_map(|(kind, watched)| {
+                watched.store.state().into_iter().map(move |o| TemplateKey {
+                    kind,
+                    namespace: o.namespace().unwrap_or_default(),
+                    name: o.name_any(),
+                })
+            })
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// The API of a watched kind in a namespace.
+    pub fn api(
+        &self,
+        client: &kube::Client,
+        kind: &str,
+        namespace: &str,
+    ) -> Option<Api<DynamicObject>> {
+        let kinds = self.read();
+        let watched = kinds.get(kind)?;
+        Some(Api::namespaced_with(
+            client.clone(),
+            namespace,
+            &watched.resource,
+        ))
+    }
+
+    /// The kinds being watched.
+    pub fn watched_kinds(&self) -> Vec<&'static str> {
+        let mut kinds: Vec<&'static str> = self.read().keys().copied().collect();
+        kinds.sort();
+        kinds
+    }
+}
+
+/// The key of a template object of `kind`.
+pub fn key_of(kind: &'static TemplateKind, object: &DynamicObject) -> TemplateKey {
+    TemplateKey {
+        kind: kind.kind,
+        namespace: object.namespace().unwrap_or_default(),
+        name: object.name_any(),
+    }
+}
+
+/// Watches every available template kind until `shutdown`; calls `changed` with the key of
+/// every template added, modified or deleted (and of every template at each initial list).
+/// `synced` counts the kinds whose initial list is complete, out of those found so far.
+pub async fn run(
+    client: kube::Client,
+    templates: Arc<Templates>,
+    changed: impl Fn(TemplateKey) + Send + Sync + Clone + 'static,
+    synced: watch::Sender<KindsSynced>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut missing: Vec<&'static TemplateKind> = TEMPLATE_KINDS.iter().collect();
+    let mut first_round = true;
+    loop {
+        let mut still_missing = Vec::new();
+        for kind in missing {
+            let gvk = GroupVersionKind::gvk(kind.group, kind.version, kind.kind);
+            match kube::discovery::pinned_kind(&client, &gvk).await {
+                Ok((resource, _caps)) => {
+                    start_watch(
+                        &client,
+                        &templates,
+                        kind,
+                        resource,
+                        changed.clone(),
+                        synced.clone(),
+                    );
+                    synced.send_modify(|s| s.found += 1);
+                }
+                Err(e) => {
+                    tracing::debug!(kind = kind.kind, error = %e, "template kind not served by the hub yet");
+                    still_missing.push(kind);
+                }
+            }
+        }
+        if first_round {
+            synced.send_modify(|s| s.discovered = true);
+            first_round = false;
+        }
+        missing = still_missing;
+        if missing.is_empty() {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DISCOVERY_RETRY) => {}
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        }
+    }
+}
+
+/// Progress of the template watches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindsSynced {
+    /// The first discovery round is over.
+    pub discovered: bool,
+    /// Kinds being watched.
+    pub found: usize,
+    /// Kinds whose initial list is in the cache.
+    pub listed: usize,
+}
+
+impl KindsSynced {
+    /// Every kind found in the first discovery round has its initial list.
+    pub fn complete(&self) -> bool {
+        self.discovered && self.listed >= self.found
+    }
+}
+
+fn start_watch(
+    client: &kube::Client,
+    templates: &Arc<Templates>,
+    kind: &'static TemplateKind,
+    resource: ApiResource,
+    changed: impl Fn(TemplateKey) + Send + Sync + 'static,
+    synced: watch::Sender<KindsSynced>,
+) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let writer = reflector::store::Writer::new(resource.clone());
+    let store = writer.as_reader();
+    templates
+        .kinds
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(kind.kind, Watched { resource, store });
+    tracing::info!(kind = kind.kind, "watching templates");
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        // The hub never needs who wrote which field: managed fields would double the cache.
+        .modify(|o| o.meta_mut().managed_fields = None);
+    tokio::spawn(async move {
+        let mut listed = false;
+        let mut events = std::pin::pin!(reflector::reflector(writer, stream));
+        while let Some(event) = events.next().await {
+            match event {
+                Ok(
+                    watcher::Event::Apply(o)
+                    | watcher::Event::Delete(o)
+                    | watcher::Event::InitApply(o),
+                ) => {
+                    changed(key_of(kind, &o));
+                }
+                Ok(watcher::Event::InitDone) => {
+                    if !listed {
+                        listed = true;
+                        synced.send_modify(|s| s.listed += 1);
+                    }
+                }
+                Ok(watcher::Event::Init) => {}
+                Err(e) => {
+                    tracing::warn!(kind = kind.kind, error = %e, "template watch error; retrying")
+                }
+            }
+        }
+    });
+}

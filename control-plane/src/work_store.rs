@@ -1,0 +1,473 @@
+//! The desired work of every member cluster, with revisions, so an agent's work stream can resume
+//! where it left off (only what changed is resent) and a new leader term starts a new epoch (the
+//! agent then receives the full set).
+//!
+//! The store is derived state: the hub rebuilds it from bindings and templates at start, so it
+//! holds no fact that is not in the hub's objects. Each cluster has its own revision counter;
+//! every upsert that changes a work item and every removal takes the next revision. Removals
+//! leave a tombstone so that a resuming agent learns about them; tombstones older than the
+//! compaction point are dropped, and a cursor older than that point gets a full snapshot.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use lifeboat_api::protocol::{Cursor, Work, WorkEvent, WorkKey};
+use tokio::sync::watch;
+
+/// How many tombstones a cluster keeps before the oldest are compacted away.
+pub const DEFAULT_TOMBSTONE_LIMIT: usize = 10_000;
+
+/// What an agent must be sent to catch up from its cursor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Changes {
+    /// The agent must drop its view: a full snapshot follows (new epoch, no cursor, or a
+    /// cursor older than the compaction point).
+    pub reset: bool,
+    /// Upserts and deletes in revision order (for a reset: every current work item).
+    pub events: Vec<WorkEvent>,
+    /// The revision the agent is at once it has applied `events`.
+    pub revision: i64,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    revision: i64,
+    work: Arc<Work>,
+}
+
+#[derive(Debug, Default)]
+struct ClusterWork {
+    revision: i64,
+    items: BTreeMap<WorkKey, Entry>,
+    /// Removed key → the revision of its removal.
+    tombstones: BTreeMap<WorkKey, i64>,
+    /// Changes at or below this revision may have lost their tombstones.
+    compacted: i64,
+}
+
+struct ClusterSlot {
+    work: Mutex<ClusterWork>,
+    revision: watch::Sender<i64>,
+}
+
+impl ClusterSlot {
+    fn new() -> Self {
+        ClusterSlot {
+            work: Mutex::new(ClusterWork::default()),
+            revision: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClusterWork> {
+        self.work.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Desired work per cluster.
+pub struct WorkStore {
+    epoch: String,
+    tombstone_limit: usize,
+    clusters: RwLock<HashMap<String, Arc<ClusterSlot>>>,
+    /// False until the hub has dispatched every binding once: an agent must not receive a
+    /// full snapshot before then, or it would remove work that is merely not loaded yet.
+    ready: watch::Sender<bool>,
+}
+
+impl WorkStore {
+    /// A new, empty store for a leader term identified by `epoch`.
+    pub fn new(epoch: impl Into<String>) -> WorkStore {
+        WorkStore {
+            epoch: epoch.into(),
+            tombstone_limit: DEFAULT_TOMBSTONE_LIMIT,
+            clusters: RwLock::new(HashMap::new()),
+            ready: watch::channel(false).0,
+        }
+    }
+
+    /// Keep at most `limit` tombstones per cluster.
+    pub fn with_tombstone_limit(mut self, limit: usize) -> WorkStore {
+        self.tombstone_limit = limit.max(1);
+        self
+    }
+
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Marks the store complete: every binding has been dispatched once.
+    pub fn mark_ready(&self) {
+        self.ready.send_replace(true);
+    }
+
+    /// Whether the store is complete (work streams may send snapshots).
+    pub fn is_ready(&self) -> bool {
+        *self.ready.borrow()
+    }
+
+    /// Waits until the store is complete.
+    pub async fn wait_ready(&self) {
+        let mut rx = self.ready.subscribe();
+        let _ = rx.wait_for(|ready| *ready).await;
+    }
+
+    fn slot(&self, cluster: &str) -> Arc<ClusterSlot> {
+        if let Some(slot) = self
+            .clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+        {
+            return slot.clone();
+        }
+        self.clusters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(cluster.to_string())
+            .or_insert_with(|| Arc::new(ClusterSlot::new()))
+            .clone()
+    }
+
+    fn existing_slot(&self, cluster: &str) -> Option<Arc<ClusterSlot>> {
+        self.clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(cluster)
+            .cloned()
+    }
+
+    /// Sets the work `work.key` of `cluster`. Returns the new revision, or `None` when the work
+    /// is unchanged (same binding UID, manifest, purge mode and reset request): an agent is
+    /// never sent a no-op.
+    pub fn upsert(&self, cluster: &str, mut work: Work) -> Option<i64> {
+        let slot = self.slot(cluster);
+        let revision = {
+            let mut state = slot.lock();
+            if let Some(current) = state.items.get(&work.key) {
+                let same = current.work.binding_uid == work.binding_uid
+                    && current.work.manifest == work.manifest
+                    && current.work.purge_mode == work.purge_mode
+                    && current.work.reset == work.reset;
+                if same {
+                    return None;
+                }
+            }
+            state.revision += 1;
+            let revision = state.revision;
+            work.revision = revision;
+            state.tombstones.remove(&work.key);
+            state.items.insert(
+                work.key.clone(),
+                Entry {
+                    revision,
+                    work: Arc::new(work),
+                },
+            );
+            revision
+        };
+        slot.revision.send_replace(revision);
+        Some(revision)
+    }
+
+    /// Removes the work `key` from `cluster`. Returns the new revision, or `None` when it was
+    /// not assigned there.
+    pub fn remove(&self, cluster: &str, key: &WorkKey) -> Option<i64> {
+        let slot = self.existing_slot(cluster)?;
+        let revision = {
+            let mut state = slot.lock();
+            state.items.remove(key)?;
+            state.revision += 1;
+            let revision = state.revision;
+            state.tombstones.insert(key.clone(), revision);
+            let limit = self.tombstone_limit;
+            if state.tombstones.len() > limit {
+                compact(&mut state, limit);
+            }
+            revision
+        };
+        slot.revision.send_replace(revision);
+        Some(revision)
+    }
+
+    /// The work `key` as assigned to `cluster`, if it is.
+    pub fn get(&self, cluster: &str, key: &WorkKey) -> Option<Arc<Work>> {
+        let slot = self.existing_slot(cluster)?;
+        let state = slot.lock();
+        state.items.get(key).map(|e| e.work.clone())
+    }
+
+    /// The keys assigned to `cluster`.
+    pub fn keys(&self, cluster: &str) -> Vec<WorkKey> {
+        match self.existing_slot(cluster) {
+            Some(slot) => slot.lock().items.keys().cloned().collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// How many work items are assigned to `cluster`.
+    pub fn len(&self, cluster: &str) -> usize {
+        self.existing_slot(cluster)
+            .map(|slot| slot.lock().items.len())
+            .unwrap_or(0)
+    }
+
+    /// How many work items the store holds over all clusters.
+    pub fn total(&self) -> usize {
+        self.clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .map(|slot| slot.lock().items.len())
+            .sum()
+    }
+
+    /// The clusters that have (or had) work in this epoch.
+    pub fn clusters(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .clusters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The current revision of `cluster`.
+    pub fn revision(&self, cluster: &str) -> i64 {
+        self.existing_slot(cluster)
+            .map(|slot| slot.lock().revision)
+            .unwrap_or(0)
+    }
+
+    /// A receiver that sees every new revision of `cluster` (for the work stream to wait on).
+    pub fn subscribe(&self, cluster: &str) -> watch::Receiver<i64> {
+        self.slot(cluster).revision.subscribe()
+    }
+
+    /// What an agent at `cursor` must receive to catch up with `cluster`.
+    pub fn changes_since(&self, cluster: &str, cursor: Option<&Cursor>) -> Changes {
+        let slot = self.slot(cluster);
+        let state = slot.lock();
+        let resume_from = cursor
+            .filter(|c| c.epoch == self.epoch)
+            .filter(|c| c.revision >= state.compacted && c.revision <= state.revision)
+            .map(|c| c.revision);
+        match resume_from {
+            Some(since) => {
+                let mut changed: Vec<(i64, WorkEvent)> = state
+                    .items
+                    .values()
+                    .filter(|e| e.revision > since)
+                    .map(|e| {
+                        (
+                            e.revision,
+                            WorkEvent::Upsert {
+                                work: Box::new((*e.work).clone()),
+                            },
+                        )
+                    })
+                    .chain(
+                        state
+                            .tombstones
+                            .iter()
+                            .filter(|(_, rev)| **rev > since)
+                            .map(|(key, rev)| {
+                                (
+                                    *rev,
+                                    WorkEvent::Delete {
+                                        key: key.clone(),
+                                        revision: *rev,
+                                    },
+                                )
+                            }),
+                    )
+                    .collect();
+                changed.sort_by_key(|(rev, _)| *rev);
+                Changes {
+                    reset: false,
+                    events: changed.into_iter().map(|(_, ev)| ev).collect(),
+                    revision: state.revision,
+                }
+            }
+            None => Changes {
+                reset: true,
+                events: state
+                    .items
+                    .values()
+                    .map(|e| WorkEvent::Upsert {
+                        work: Box::new((*e.work).clone()),
+                    })
+                    .collect(),
+                revision: state.revision,
+            },
+        }
+    }
+}
+
+/// Drops the oldest tombstones until `limit` remain, moving the compaction point past them.
+fn compact(state: &mut ClusterWork, limit: usize) {
+    let mut by_revision: Vec<(i64, WorkKey)> = state
+        .tombstones
+        .iter()
+        .map(|(k, r)| (*r, k.clone()))
+        .collect();
+    by_revision.sort();
+    let excess = by_revision.len().saturating_sub(limit);
+    for (rev, key) in by_revision.into_iter().take(excess) {
+        state.tombstones.remove(&key);
+        state.compacted = state.compacted.max(rev);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn work(name: &str, replicas: i64) -> Work {
+        Work {
+            key: WorkKey {
+                namespace: "ml".into(),
+                name: name.into(),
+            },
+            binding_uid: format!("uid-{name}"),
+            revision: 0,
+            manifest: json!({"kind": "Deployment", "spec": {"replicas": replicas}}),
+            purge_mode: None,
+            reset: None,
+        }
+    }
+
+    fn key(name: &str) -> WorkKey {
+        work(name, 0).key
+    }
+
+    fn names(changes: &Changes) -> Vec<String> {
+        changes
+            .events
+            .iter()
+            .map(|e| match e {
+                WorkEvent::Upsert { work } => format!("+{}@{}", work.key.name, work.revision),
+                WorkEvent::Delete { key, revision } => format!("-{}@{revision}", key.name),
+                other => format!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn unchanged_work_takes_no_revision() {
+        let store = WorkStore::new("e1");
+        assert_eq!(store.upsert("m1", work("a", 1)), Some(1));
+        assert_eq!(store.upsert("m1", work("a", 1)), None);
+        assert_eq!(store.upsert("m1", work("a", 2)), Some(2));
+        assert_eq!(store.get("m1", &key("a")).unwrap().revision, 2);
+        assert_eq!(store.remove("m1", &key("missing")), None);
+        assert_eq!(store.remove("other", &key("a")), None);
+    }
+
+    #[test]
+    fn a_resuming_agent_gets_only_what_changed_in_revision_order() {
+        let store = WorkStore::new("e1");
+        store.upsert("m1", work("a", 1));
+        store.upsert("m1", work("b", 1));
+        store.upsert("m1", work("c", 1));
+        let cursor = Cursor {
+            epoch: "e1".into(),
+            revision: 3,
+        };
+        store.upsert("m1", work("b", 2));
+        store.remove("m1", &key("a"));
+        store.upsert("m1", work("a", 5));
+        store.remove("m1", &key("c"));
+        let changes = store.changes_since("m1", Some(&cursor));
+        assert!(!changes.reset);
+        assert_eq!(names(&changes), ["+b@4", "+a@6", "-c@7"]);
+        assert_eq!(changes.revision, 7);
+        // caught up: nothing more
+        let cursor = Cursor {
+            epoch: "e1".into(),
+            revision: 7,
+        };
+        let changes = store.changes_since("m1", Some(&cursor));
+        assert!(changes.events.is_empty() && !changes.reset);
+    }
+
+    #[test]
+    fn another_epoch_or_no_cursor_gets_the_full_set() {
+        let store = WorkStore::new("e2");
+        store.upsert("m1", work("a", 1));
+        store.upsert("m1", work("b", 1));
+        store.remove("m1", &key("a"));
+        for cursor in [
+            None,
+            Some(Cursor {
+                epoch: "e1".into(),
+                revision: 1,
+            }),
+            // a revision from the future of this epoch cannot be trusted either
+            Some(Cursor {
+                epoch: "e2".into(),
+                revision: 99,
+            }),
+        ] {
+            let changes = store.changes_since("m1", cursor.as_ref());
+            assert!(changes.reset);
+            assert_eq!(names(&changes), ["+b@2"]);
+            assert_eq!(changes.revision, 3);
+        }
+    }
+
+    #[test]
+    fn a_cursor_older_than_compaction_gets_the_full_set() {
+        let store = WorkStore::new("e1").with_tombstone_limit(2);
+        for name in ["a", "b", "c", "d"] {
+            store.upsert("m1", work(name, 1));
+        }
+        let old = Cursor {
+            epoch: "e1".into(),
+            revision: 4,
+        };
+        for name in ["a", "b", "c"] {
+            store.remove("m1", &key(name));
+        }
+        // the tombstone of "a" (revision 5) was compacted away: resuming from 4 would miss it
+        let changes = store.changes_since("m1", Some(&old));
+        assert!(changes.reset);
+        assert_eq!(names(&changes), ["+d@4"]);
+        // a cursor at or after the compaction point still resumes
+        let recent = Cursor {
+            epoch: "e1".into(),
+            revision: 5,
+        };
+        let changes = store.changes_since("m1", Some(&recent));
+        assert!(!changes.reset);
+        assert_eq!(names(&changes), ["-b@6", "-c@7"]);
+    }
+
+    #[tokio::test]
+    async fn readiness_is_awaited() {
+        let store = Arc::new(WorkStore::new("e1"));
+        assert!(!store.is_ready());
+        let waiter = tokio::spawn({
+            let store = store.clone();
+            async move { store.wait_ready().await }
+        });
+        store.mark_ready();
+        waiter.await.unwrap();
+        assert!(store.is_ready());
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_new_revisions() {
+        let store = WorkStore::new("e1");
+        let mut rx = store.subscribe("m1");
+        assert_eq!(*rx.borrow_and_update(), 0);
+        store.upsert("m1", work("a", 1));
+        rx.changed().await.unwrap();
+        assert_eq!(*rx.borrow_and_update(), 1);
+        assert_eq!(store.keys("m1"), vec![key("a")]);
+        assert_eq!(store.total(), 1);
+        assert_eq!(store.clusters(), vec!["m1".to_string()]);
+    }
+}

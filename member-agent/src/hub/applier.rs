@@ -1,0 +1,579 @@
+//! Applying the hub's works in the member: server-side apply (field manager `lifeboat`, forced)
+//! of each work's manifest, labelled with its binding; deletion of what is no longer assigned
+//! (found by its binding labels, deleted only if the labels name that work, with a UID
+//! precondition); and, after a snapshot, the sweep that adopts what this agent created before a
+//! restart and removes what no longer has a work.
+//!
+//! One worker applies works concurrently (a bounded number at a time, never two applies of the
+//! same work at once); a failed apply is reported to the hub (`applied: false` with the error)
+//! and retried with backoff; an invalid manifest is reported and not retried.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
+    PropagationPolicy,
+};
+use lifeboat_api::binding::{FIELD_MANAGER, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE};
+use lifeboat_api::protocol::{Work, WorkKey};
+use tokio::sync::mpsc;
+use tokio_util::time::DelayQueue;
+use tracing::Instrument;
+
+use super::backoff::Backoff;
+use super::catalog::{ApiCatalog, namespaced};
+use super::metrics::HubMetrics;
+use super::namespaces::Namespaces;
+use super::reporter::{SharedBook, StatusWatches};
+use super::work::{Labelled, ManifestError, ObjectId, Prepared, key_of, orphans, prepare};
+
+/// First retry of a failed apply; doubles up to the applier's maximum.
+const RETRY_BASE: Duration = Duration::from_secs(1);
+/// Kinds listed at once by a sweep.
+const SWEEP_CONCURRENCY: usize = 4;
+
+/// Why one apply failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Invalid(#[from] ManifestError),
+    #[error("{api_version} {kind} is not served by the member's API server")]
+    UnknownKind { api_version: String, kind: String },
+    #[error("{context}: {source}")]
+    Kube {
+        context: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl ApplyError {
+    fn kube(context: impl Into<String>, source: kube::Error) -> Self {
+        ApplyError::Kube {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The message reported to the hub (`appliedMessage`).
+    pub fn message(&self) -> String {
+        match self {
+            ApplyError::Kube {
+                context,
+                source: kube::Error::Api(s),
+            } => format!("{context}: {} ({}, {})", s.message, s.reason, s.code),
+            other => other.to_string(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    /// What the hub wants: `None` once the work is no longer assigned (the slot goes when its
+    /// object is gone).
+    desired: Option<Arc<Work>>,
+    /// The object the last successful apply made.
+    applied: Option<ObjectId>,
+    /// The object the latest manifest names (known even when its apply failed).
+    intended: Option<ObjectId>,
+    backoff: Backoff,
+}
+
+/// What became of one pass over a work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Done,
+    Retry(Duration),
+}
+
+/// The works of this cluster and the objects they made.
+pub struct Applier {
+    client: kube::Client,
+    catalog: Arc<ApiCatalog>,
+    namespaces: Arc<Namespaces>,
+    book: Arc<SharedBook>,
+    watches: StatusWatches,
+    metrics: HubMetrics,
+    cluster: String,
+    max_backoff: Duration,
+    slots: Mutex<HashMap<WorkKey, Slot>>,
+    queue: mpsc::UnboundedSender<WorkKey>,
+}
+
+/// Works waiting for the worker.
+pub type Queue = mpsc::UnboundedReceiver<WorkKey>;
+
+impl Applier {
+    pub fn new(
+        client: kube::Client,
+        catalog: Arc<ApiCatalog>,
+        namespaces: Arc<Namespaces>,
+        book: Arc<SharedBook>,
+        metrics: HubMetrics,
+        cluster: String,
+        max_backoff: Duration,
+    ) -> (Arc<Self>, Queue) {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let watches = StatusWatches::new(client.clone(), book.clone());
+        (
+            Arc::new(Self {
+                client,
+                catalog,
+                namespaces,
+                book,
+                watches,
+                metrics,
+                cluster,
+                max_backoff: max_backoff.max(RETRY_BASE),
+                slots: Mutex::new(HashMap::new()),
+                queue,
+            }),
+            rx,
+        )
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkKey, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The hub wants `work` in the cluster.
+    pub fn upsert(&self, work: Box<Work>) {
+        let key = work.key.clone();
+        self.book
+            .with(|b| b.assign(&key, &work.binding_uid, work.revision));
+        {
+            let mut slots = self.lock();
+            let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
+                desired: None,
+                applied: None,
+                intended: None,
+                backoff: Backoff::new(RETRY_BASE, self.max_backoff),
+            });
+            slot.desired = Some(Arc::from(work));
+            slot.backoff.reset();
+        }
+        self.metrics.work_items.set(self.len() as i64);
+        let _ = self.queue.send(key);
+    }
+
+    /// The work is no longer assigned: its object goes.
+    pub fn remove(&self, key: &WorkKey) {
+        self.book.with(|b| b.remove(key));
+        let known = match self.lock().get_mut(key) {
+            Some(slot) => {
+                slot.desired = None;
+                slot.backoff.reset();
+                true
+            }
+            None => false,
+        };
+        self.metrics.work_items.set(self.len() as i64);
+        if known {
+            let _ = self.queue.send(key.clone());
+        }
+    }
+
+    /// The works assigned now.
+    pub fn keys(&self) -> Vec<WorkKey> {
+        let mut keys: Vec<WorkKey> = self
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.desired.is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// How many works are assigned.
+    pub fn len(&self) -> usize {
+        self.lock().values().filter(|s| s.desired.is_some()).count()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn desired(&self, key: &WorkKey) -> Option<Arc<Work>> {
+        self.lock().get(key).and_then(|s| s.desired.clone())
+    }
+
+    /// Applies queued works, `concurrency` at a time, retrying failures with backoff, until
+    /// dropped.
+    pub async fn run(self: Arc<Self>, mut queue: Queue, concurrency: usize) {
+        let mut waiting: VecDeque<WorkKey> = VecDeque::new();
+        let mut queued: HashSet<WorkKey> = HashSet::new();
+        let mut in_flight: HashSet<WorkKey> = HashSet::new();
+        let mut again: HashSet<WorkKey> = HashSet::new();
+        let mut retries: DelayQueue<WorkKey> = DelayQueue::new();
+        let mut retry_keys: HashMap<WorkKey, tokio_util::time::delay_queue::Key> = HashMap::new();
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < concurrency.max(1) {
+                let Some(key) = waiting.pop_front() else {
+                    break;
+                };
+                queued.remove(&key);
+                if in_flight.contains(&key) {
+                    again.insert(key);
+                    continue;
+                }
+                in_flight.insert(key.clone());
+                let this = self.clone();
+                running.push(async move {
+                    let outcome = this.reconcile(&key).await;
+                    (key, outcome)
+                });
+            }
+            let mut enqueue = |key: WorkKey,
+                               retry_keys: &mut HashMap<_, _>,
+                               retries: &mut DelayQueue<WorkKey>| {
+                if let Some(timer) = retry_keys.remove(&key) {
+                    retries.remove(&timer);
+                }
+                if queued.insert(key.clone()) {
+                    waiting.push_back(key);
+                }
+            };
+            tokio::select! {
+                received = queue.recv() => match received {
+                    Some(key) => enqueue(key, &mut retry_keys, &mut retries),
+                    None => break,
+                },
+                Some((key, outcome)) = running.next(), if !running.is_empty() => {
+                    in_flight.remove(&key);
+                    if again.remove(&key) {
+                        enqueue(key, &mut retry_keys, &mut retries);
+                    } else if let Outcome::Retry(after) = outcome {
+                        let timer = retries.insert(key.clone(), after);
+                        retry_keys.insert(key, timer);
+                    }
+                }
+                Some(expired) = retries.next(), if !retries.is_empty() => {
+                    let key = expired.into_inner();
+                    retry_keys.remove(&key);
+                    enqueue(key, &mut retry_keys, &mut retries);
+                }
+            }
+        }
+    }
+
+    async fn reconcile(&self, key: &WorkKey) -> Outcome {
+        let Some((desired, applied, intended)) = self
+            .lock()
+            .get(key)
+            .map(|s| (s.desired.clone(), s.applied.clone(), s.intended.clone()))
+        else {
+            return Outcome::Done;
+        };
+        match desired {
+            Some(work) => {
+                let span = tracing::info_span!("apply", cluster = %self.cluster, work = %key, revision = work.revision);
+                self.apply_work(key, &work, applied).instrument(span).await
+            }
+            None => {
+                let span = tracing::info_span!("remove", cluster = %self.cluster, work = %key);
+                self.remove_objects(key, [applied, intended])
+                    .instrument(span)
+                    .await
+            }
+        }
+    }
+
+    async fn apply_work(&self, key: &WorkKey, work: &Work, applied: Option<ObjectId>) -> Outcome {
+        let result = self.apply(key, work).await;
+        match result {
+            Ok((id, resource)) => {
+                self.watches.ensure(&resource);
+                self.metrics.applies.with_label_values(&["applied"]).inc();
+                tracing::debug!(object = %id, "applied");
+                if let Some(old) = applied.filter(|old| *old != id) {
+                    // The manifest names another object now: the old one goes.
+                    match self.delete_owned(&old, key).await {
+                        Ok(_) => {
+                            tracing::info!(object = %old, "deleted the object a renamed work made before")
+                        }
+                        Err(e) => {
+                            tracing::warn!(object = %old, error = %e, "cannot delete the object a renamed work made before")
+                        }
+                    }
+                }
+                if let Some(slot) = self.lock().get_mut(key) {
+                    slot.applied = Some(id.clone());
+                    slot.backoff.reset();
+                }
+                self.book.with(|b| b.applied(key, work.revision, Ok(id)));
+                Outcome::Done
+            }
+            Err(ApplyError::Invalid(e)) => {
+                self.metrics.applies.with_label_values(&["invalid"]).inc();
+                tracing::warn!(error = %e, "the work's manifest cannot be applied; waiting for a new revision");
+                self.book
+                    .with(|b| b.applied(key, work.revision, Err(e.to_string())));
+                Outcome::Done
+            }
+            Err(e) => {
+                self.metrics.applies.with_label_values(&["failed"]).inc();
+                let message = e.message();
+                self.book
+                    .with(|b| b.applied(key, work.revision, Err(message.clone())));
+                let after = self
+                    .lock()
+                    .get_mut(key)
+                    .map(|s| s.backoff.next_delay())
+                    .unwrap_or(RETRY_BASE);
+                tracing::warn!(error = %message, retry_in = ?after, "apply failed");
+                Outcome::Retry(after)
+            }
+        }
+    }
+
+    /// Server-side apply of the work's manifest; returns the object and its resource.
+    async fn apply(
+        &self,
+        key: &WorkKey,
+        work: &Work,
+    ) -> Result<(ObjectId, ApiResource), ApplyError> {
+        let Prepared {
+            api_version,
+            kind,
+            namespace,
+            name,
+            mut body,
+        } = prepare(work)?;
+        let (resource, caps) = self
+            .catalog
+            .resolve(&api_version, &kind)
+            .await
+            .map_err(|e| ApplyError::kube("discovery", e))?
+            .ok_or_else(|| ApplyError::UnknownKind {
+                api_version: api_version.clone(),
+                kind: kind.clone(),
+            })?;
+        let is_namespaced = namespaced(&caps);
+        let id = ObjectId {
+            group: resource.group.clone(),
+            kind: resource.kind.clone(),
+            namespace: is_namespaced.then(|| namespace.clone()),
+            name: name.clone(),
+        };
+        if let Some(slot) = self.lock().get_mut(key) {
+            slot.intended = Some(id.clone());
+        }
+        let meta = body
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut);
+        let api: Api<DynamicObject> = if is_namespaced {
+            self.namespaces
+                .ensure(&namespace)
+                .await
+                .map_err(|e| ApplyError::kube(format!("creating namespace {namespace}"), e))?;
+            if let Some(meta) = meta {
+                meta.insert("namespace".into(), namespace.clone().into());
+            }
+            Api::namespaced_with(self.client.clone(), &namespace, &resource)
+        } else {
+            if let Some(meta) = meta {
+                meta.remove("namespace");
+            }
+            Api::all_with(self.client.clone(), &resource)
+        };
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch(&name, &params, &Patch::Apply(&body)).await {
+            Ok(_) => Ok((id, resource)),
+            Err(e) => {
+                if let kube::Error::Api(s) = &e
+                    && s.code == 404
+                {
+                    // The kind (a CRD) or the namespace went away since they were looked up.
+                    self.catalog.invalidate().await;
+                    self.namespaces.forget(&namespace);
+                }
+                Err(ApplyError::kube(format!("applying {id}"), e))
+            }
+        }
+    }
+
+    async fn remove_objects(&self, key: &WorkKey, ids: [Option<ObjectId>; 2]) -> Outcome {
+        let mut ids: Vec<ObjectId> = ids.into_iter().flatten().collect();
+        ids.dedup();
+        let mut failed = false;
+        for id in &ids {
+            match self.delete_owned(id, key).await {
+                Ok(true) => {
+                    self.metrics.applies.with_label_values(&["deleted"]).inc();
+                    tracing::info!(object = %id, "deleted: no longer assigned to this cluster");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    failed = true;
+                    self.metrics
+                        .applies
+                        .with_label_values(&["delete_failed"])
+                        .inc();
+                    tracing::warn!(object = %id, error = %e, "cannot delete an object no longer assigned");
+                }
+            }
+        }
+        let mut slots = self.lock();
+        let Some(slot) = slots.get_mut(key) else {
+            return Outcome::Done;
+        };
+        if slot.desired.is_some() {
+            // Assigned again meanwhile: the queue has it.
+            return Outcome::Done;
+        }
+        if failed {
+            return Outcome::Retry(slot.backoff.next_delay());
+        }
+        slots.remove(key);
+        Outcome::Done
+    }
+
+    /// Deletes `id` if it exists and its binding labels name `key`; returns whether a deletion
+    /// was asked for.
+    async fn delete_owned(&self, id: &ObjectId, key: &WorkKey) -> Result<bool, kube::Error> {
+        let snapshot = self.catalog.snapshot().await?;
+        let Some((resource, _)) = snapshot.resolve_group_kind(&id.group, &id.kind) else {
+            // The kind is gone, and its objects with it.
+            return Ok(false);
+        };
+        let api: Api<DynamicObject> = match &id.namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
+            None => Api::all_with(self.client.clone(), &resource),
+        };
+        let Some(object) = api.get_opt(&id.name).await? else {
+            return Ok(false);
+        };
+        let owner = object.metadata.labels.as_ref().and_then(key_of);
+        if owner.as_ref() != Some(key) {
+            tracing::info!(object = %id, "not deleted: its binding labels name another work");
+            return Ok(false);
+        }
+        if object.metadata.deletion_timestamp.is_some() {
+            return Ok(true);
+        }
+        let params = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            preconditions: Some(Preconditions {
+                uid: object.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match api.delete(&id.name, &params).await {
+            Ok(_) => Ok(true),
+            // Gone meanwhile, or replaced by another object of the same name.
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// After a snapshot whose works are `keys`: lists every object with binding labels (every
+    /// kind the member serves) and deletes those no work names. Returns how many were deleted.
+    pub async fn sweep(&self, keys: &BTreeSet<WorkKey>) -> Result<usize, kube::Error> {
+        let snapshot = self
+            .catalog
+            .refresh_if_older(Duration::from_secs(30))
+            .await?;
+        let assigned: BTreeMap<WorkKey, Option<ObjectId>> = keys
+            .iter()
+            .map(|key| {
+                let id = self
+                    .desired(key)
+                    .and_then(|w| prepare(&w).ok())
+                    .and_then(|p| {
+                        snapshot
+                            .resolve(&p.api_version, &p.kind)
+                            .map(|(_, caps)| p.id(namespaced(&caps)))
+                    });
+                (key.clone(), id)
+            })
+            .collect();
+        let selector = format!("{LABEL_BINDING_NAMESPACE},{LABEL_BINDING_NAME}");
+        let lists = futures::stream::iter(snapshot.sweepable())
+            .map(|(resource, caps)| {
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+                let params = ListParams::default().labels(&selector);
+                async move {
+                    let listed = api.list_metadata(&params).await;
+                    (resource, caps, listed)
+                }
+            })
+            .buffer_unordered(SWEEP_CONCURRENCY)
+            .collect::<Vec<_>>()
+            .await;
+        let mut found = Vec::new();
+        for (resource, caps, listed) in lists {
+            let list = match listed {
+                Ok(list) => list,
+                Err(e) => {
+                    // A kind the agent may not list is a kind it could not have applied.
+                    tracing::debug!(kind = %resource.kind, group = %resource.group, error = %e, "sweep: cannot list");
+                    continue;
+                }
+            };
+            for object in list.items {
+                let Some(key) = object.metadata.labels.as_ref().and_then(key_of) else {
+                    continue;
+                };
+                found.push(Labelled {
+                    id: ObjectId {
+                        group: resource.group.clone(),
+                        kind: resource.kind.clone(),
+                        namespace: if namespaced(&caps) {
+                            object.metadata.namespace.clone()
+                        } else {
+                            None
+                        },
+                        name: object.metadata.name.clone().unwrap_or_default(),
+                    },
+                    key,
+                });
+            }
+        }
+        let orphaned = orphans(&assigned, &found);
+        let adopted = found.len() - orphaned.len();
+        let mut deleted = 0;
+        for id in orphaned {
+            let Some(key) = found.iter().find(|o| o.id == id).map(|o| o.key.clone()) else {
+                continue;
+            };
+            match self.delete_owned(&id, &key).await {
+                Ok(true) => {
+                    deleted += 1;
+                    self.metrics.applies.with_label_values(&["deleted"]).inc();
+                    tracing::info!(object = %id, work = %key, "deleted: its work is no longer assigned to this cluster");
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.metrics
+                        .applies
+                        .with_label_values(&["delete_failed"])
+                        .inc();
+                    tracing::warn!(object = %id, error = %e, "sweep: cannot delete")
+                }
+            }
+        }
+        tracing::info!(
+            works = keys.len(),
+            labelled = found.len(),
+            adopted,
+            deleted,
+            "snapshot applied: objects of other works removed"
+        );
+        Ok(deleted)
+    }
+
+    /// The hub deleted this cluster: every work and every object with binding labels goes.
+    pub async fn remove_everything(&self) -> Result<usize, kube::Error> {
+        for key in self.keys() {
+            self.remove(&key);
+        }
+        self.sweep(&BTreeSet::new()).await
+    }
+}

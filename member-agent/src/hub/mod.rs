@@ -1,0 +1,226 @@
+//! Hub mode: the member agent as the hub's hands in one member cluster (the agent side of the
+//! agent ↔ hub protocol, `lifeboat_api::protocol`). While this replica leads, it
+//!
+//! - registers with a bootstrap token, keeps the cluster credential in a Secret of the member
+//!   and registers again when the hub refuses it (`credential`);
+//! - heartbeats at the hub's interval, carrying the inventory (node groups with free capacity,
+//!   resource summary, node health, API enablements) when it changed or every minute
+//!   (`inventory`, pure; `observe` and `catalog` feed it);
+//! - consumes the resumable work stream (`ndjson`, `work`, pure) and applies each work by
+//!   server-side apply, adopting after a restart and removing what is no longer assigned
+//!   (`applier`);
+//! - reports each work's status in batches (`status`, pure; `reporter`).
+//!
+//! Decisions are pure and unit-tested; `client` (HTTPS), `credential`, `catalog`, `observe`,
+//! `applier`, `reporter` and `session` are the IO around them.
+
+pub mod applier;
+pub mod args;
+pub mod backoff;
+pub mod catalog;
+pub mod client;
+pub mod credential;
+pub mod inventory;
+pub mod metrics;
+pub mod namespaces;
+pub mod ndjson;
+pub mod observe;
+pub mod reporter;
+pub mod session;
+pub mod status;
+pub mod work;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lifeboat_api::appwrapper::autopilot::AutopilotConfig;
+use lifeboat_runtime::leader::Leadership;
+use prometheus::Registry;
+
+pub use args::HubArgs;
+pub use credential::SecretRef;
+pub use metrics::HubMetrics;
+
+use crate::config::AppWrapperConfig;
+use client::{ClientSetupError, HubClient};
+
+/// How to reach the hub and who this cluster is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubOptions {
+    /// Hub URLs (normalised: `https://host[:port]`), tried in order.
+    pub urls: Vec<String>,
+    /// CA of the hub's serving certificate (PEM); `None`: the platform's trust store.
+    pub ca_file: Option<PathBuf>,
+    pub bootstrap_token_file: PathBuf,
+    pub fencing_period: Duration,
+    pub provider: Option<String>,
+    pub region: Option<String>,
+    pub zone: Option<String>,
+    /// Where the cluster credential is kept in the member.
+    pub credential_secret: SecretRef,
+    /// This replica in registrations and heartbeats (`None`: `hostname_pid`).
+    pub identity: Option<String>,
+    pub timing: HubTiming,
+}
+
+/// Timeouts and periods (defaults fit production; tests shorten them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HubTiming {
+    /// Deadline of every call (connect, answer, body), except reading the work stream.
+    pub request_timeout: Duration,
+    /// A work stream with no line (the hub sends bookmarks) for this long is reconnected.
+    pub stream_idle_timeout: Duration,
+    /// Longest wait between retries (reconnects, reports, applies).
+    pub max_backoff: Duration,
+    /// The inventory is sent at least this often.
+    pub inventory_every: Duration,
+    /// API discovery (enablements, kinds) is refreshed this often (one aggregated discovery
+    /// call), so a CRD installed in the member reaches the hub's inventory within it.
+    pub discovery_every: Duration,
+    /// Works applied at once.
+    pub apply_concurrency: usize,
+}
+
+impl Default for HubTiming {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(10),
+            stream_idle_timeout: Duration::from_secs(90),
+            max_backoff: Duration::from_secs(10),
+            inventory_every: Duration::from_secs(60),
+            discovery_every: Duration::from_secs(60),
+            apply_concurrency: 8,
+        }
+    }
+}
+
+/// Why hub mode cannot start; names the flag where one is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("--cluster-name {name:?}: {reason}")]
+    ClusterName { name: String, reason: &'static str },
+    #[error("--hub-ca-file {path}: {source}")]
+    ReadCa {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Client(#[from] ClientSetupError),
+    #[error("hub metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+/// Whether `name` is a DNS label (what the hub names clusters by).
+pub fn check_cluster_name(name: &str) -> Result<(), &'static str> {
+    if name.is_empty() || name.len() > 63 {
+        return Err("must be 1 to 63 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err("must consist of lower case letters, digits and '-'");
+    }
+    if name.starts_with('-') || name.ends_with('-') {
+        return Err("must start and end with a letter or digit");
+    }
+    Ok(())
+}
+
+/// Hub mode, ready to run.
+pub struct HubMode {
+    client: kube::Client,
+    options: Arc<HubOptions>,
+    cluster: String,
+    hub: Arc<HubClient>,
+    metrics: HubMetrics,
+    autopilot: Option<AutopilotConfig>,
+    reclamation_taints: Vec<String>,
+}
+
+impl HubMode {
+    /// Checks the options, reads the CA and registers the metrics in `registry`. `config`
+    /// gives the Autopilot and spot reclamation settings the node health summary uses.
+    pub fn new(
+        client: kube::Client,
+        options: HubOptions,
+        cluster: &str,
+        config: &AppWrapperConfig,
+        registry: &Registry,
+    ) -> Result<Self, SetupError> {
+        check_cluster_name(cluster).map_err(|reason| SetupError::ClusterName {
+            name: cluster.to_string(),
+            reason,
+        })?;
+        let tls = match &options.ca_file {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|source| SetupError::ReadCa {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                client::tls_config(Some((&path.display().to_string(), &pem)))?
+            }
+            None => client::tls_config(None)?,
+        };
+        let metrics = HubMetrics::new(registry)?;
+        let hub = HubClient::new(
+            options.urls.clone(),
+            tls,
+            options.timing.request_timeout,
+            metrics.clone(),
+        )?;
+        Ok(Self {
+            client,
+            options: Arc::new(options),
+            cluster: cluster.to_string(),
+            hub: Arc::new(hub),
+            metrics,
+            autopilot: config.autopilot.clone(),
+            reclamation_taints: config.reclamation_taints.clone(),
+        })
+    }
+
+    /// Runs hub mode while `leadership` says this replica leads, until `shutdown` resolves or
+    /// the hub deletes this cluster. A lost leadership drops everything at once (no call to the
+    /// hub or the member after that point); a new term starts from the credential Secret and a
+    /// full snapshot.
+    pub async fn run(
+        self,
+        mut leadership: Leadership,
+        shutdown: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return,
+                () = leadership.acquired() => {}
+            }
+            tracing::info!(cluster = %self.cluster, hub = %self.hub.current_url(), "leading: hub mode starts");
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return,
+                () = leadership.lost() => {
+                    self.metrics.connected.set(0);
+                    tracing::warn!("lost leadership: hub mode stopped; standing by");
+                }
+                session::Stopped = session::run(&self) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_names_are_dns_labels() {
+        assert!(check_cluster_name("member-1").is_ok());
+        for bad in ["", "Member", "-a", "a-", "a_b", &"x".repeat(64)] {
+            assert!(check_cluster_name(bad).is_err(), "{bad} was accepted");
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! Status reporting, the IO around [`StatusBook`]: one watch per applied kind (label selector
+//! on the binding label, all namespaces) feeds the book; a batcher sends the changed works to
+//! the hub every [`REPORT_INTERVAL`] or as soon as [`MAX_BATCH`] are waiting.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::{WatchStreamExt, watcher};
+use lifeboat_api::binding::LABEL_BINDING_NAME;
+use lifeboat_api::protocol::{StatusResponse, status_path};
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use super::backoff::Backoff;
+use super::client::HubClient;
+use super::credential::Credentials;
+use super::metrics::HubMetrics;
+use super::status::{StatusBook, trim_observed};
+use super::work::{ObjectId, key_of};
+use crate::controller::watches::{Change, Feeder};
+
+/// Most works in one report.
+pub const MAX_BATCH: usize = 500;
+/// How often changed works are reported.
+pub const REPORT_INTERVAL: Duration = Duration::from_millis(200);
+
+/// The book, shared by the applier, the watches and the batcher.
+pub struct SharedBook {
+    book: Mutex<StatusBook>,
+    /// Woken when a batch may be full.
+    wake: Notify,
+}
+
+impl Default for SharedBook {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SharedBook {
+    /// The book of a term starting now (see [`StatusBook::starting_at`]).
+    pub fn new() -> Self {
+        Self {
+            book: Mutex::new(StatusBook::starting_at(now_second())),
+            wake: Notify::new(),
+        }
+    }
+
+    /// Runs `f` on the book; wakes the batcher when a full batch waits.
+    pub fn with<T>(&self, f: impl FnOnce(&mut StatusBook) -> T) -> T {
+        let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+        let out = f(&mut book);
+        if book.backlog() >= MAX_BATCH {
+            self.wake.notify_one();
+        }
+        out
+    }
+}
+
+fn now_second() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_second()
+}
+
+/// Starts a request for a full report (after a snapshot).
+pub fn request_full(book: &SharedBook) {
+    book.with(|b| b.request_full(now_second()));
+}
+
+/// The watches of applied kinds; stopped when dropped.
+pub struct StatusWatches {
+    client: kube::Client,
+    book: Arc<SharedBook>,
+    watches: Mutex<HashMap<(String, String), AbortHandle>>,
+}
+
+impl StatusWatches {
+    pub fn new(client: kube::Client, book: Arc<SharedBook>) -> Self {
+        Self {
+            client,
+            book,
+            watches: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Watches the objects of `resource` carrying binding labels, if not yet.
+    pub fn ensure(&self, resource: &ApiResource) {
+        let mut watches = self.watches.lock().unwrap_or_else(|e| e.into_inner());
+        let kind = (resource.group.clone(), resource.kind.clone());
+        if watches.contains_key(&kind) {
+            return;
+        }
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+        let stream =
+            watcher(api, watcher::Config::default().labels(LABEL_BINDING_NAME)).default_backoff();
+        let book = self.book.clone();
+        let resource = resource.clone();
+        let task = tokio::spawn(async move {
+            tracing::info!(kind = %resource.kind, group = %resource.group, "watching applied kind for status");
+            let mut feeder = Feeder::default();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(kind = %resource.kind, error = %e, "status watch error; retrying with backoff");
+                        continue;
+                    }
+                };
+                match feeder.feed(event) {
+                    Some(Change::Reset(objects)) => {
+                        let seen = objects
+                            .iter()
+                            .filter_map(|o| observation(&resource, o))
+                            .collect();
+                        book.with(|b| b.relist(&resource.group, &resource.kind, seen));
+                    }
+                    Some(Change::Apply(object)) => {
+                        if let Some((id, key, value)) = observation(&resource, &object) {
+                            book.with(|b| b.observe(id, Some((key, value))));
+                        }
+                    }
+                    Some(Change::Delete(object)) => {
+                        book.with(|b| b.observe(object_id(&resource, &object), None));
+                    }
+                    None => {}
+                }
+            }
+        });
+        watches.insert(kind, task.abort_handle());
+    }
+}
+
+impl Drop for StatusWatches {
+    fn drop(&mut self) {
+        for task in self
+            .watches
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+        {
+            task.abort();
+        }
+    }
+}
+
+fn object_id(resource: &ApiResource, object: &DynamicObject) -> ObjectId {
+    ObjectId {
+        group: resource.group.clone(),
+        kind: resource.kind.clone(),
+        namespace: object.metadata.namespace.clone(),
+        name: object.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+fn observation(
+    resource: &ApiResource,
+    object: &DynamicObject,
+) -> Option<(ObjectId, lifeboat_api::protocol::WorkKey, serde_json::Value)> {
+    let key = key_of(object.metadata.labels.as_ref()?)?;
+    let value = serde_json::to_value(object).ok()?;
+    Some((
+        object_id(resource, object),
+        key,
+        trim_observed(&value, &resource.api_version, &resource.kind),
+    ))
+}
+
+/// Sends the book's changes to the hub until dropped.
+pub async fn run_batcher(
+    book: Arc<SharedBook>,
+    hub: Arc<HubClient>,
+    credentials: Arc<Credentials>,
+    cluster: String,
+    metrics: HubMetrics,
+    max_backoff: Duration,
+) {
+    let path = status_path(&cluster);
+    let mut backoff = Backoff::new(REPORT_INTERVAL, max_backoff);
+    let mut ticker = tokio::time::interval(REPORT_INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = book.wake.notified() => {}
+        }
+        while let Some(batch) = book.with(|b| b.take(now_second(), MAX_BATCH)) {
+            let credential = match credentials.get().await {
+                Ok(c) => c,
+                Err(e) => {
+                    book.with(|b| b.failed(&batch));
+                    tracing::warn!(error = %e, "no credential to report status with");
+                    tokio::time::sleep(backoff.next_delay()).await;
+                    break;
+                }
+            };
+            let items = batch.report.items.len();
+            let result: Result<StatusResponse, _> = hub
+                .post("status", &path, &credential.token, &batch.report)
+                .await;
+            match result {
+                Ok(response) => {
+                    backoff.reset();
+                    metrics.status_reports.with_label_values(&["ok"]).inc();
+                    tracing::debug!(
+                        items,
+                        full = batch.report.full,
+                        accepted = response.accepted,
+                        "status reported"
+                    );
+                    for rejected in &response.rejected {
+                        tracing::info!(work = %rejected.key, reason = %rejected.reason, "the hub refused a status report");
+                    }
+                }
+                Err(e) => {
+                    metrics.status_reports.with_label_values(&["failed"]).inc();
+                    book.with(|b| b.failed(&batch));
+                    if e.is_unauthorized() {
+                        if let Err(e) = credentials.rejected(&credential.token).await {
+                            tracing::warn!(error = %e, "registering again failed");
+                        }
+                    } else {
+                        tracing::warn!(error = %e, items, "status report failed; keeping the latest state to send again");
+                    }
+                    let wait = e
+                        .retry_after()
+                        .map(|d| d.min(max_backoff))
+                        .unwrap_or_else(|| backoff.next_delay());
+                    tokio::time::sleep(wait).await;
+                    break;
+                }
+            }
+        }
+    }
+}

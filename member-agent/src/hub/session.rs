@@ -1,0 +1,361 @@
+//! One leadership term of hub mode: the credential, the heartbeat, the work stream, the applier
+//! and the status reporter, all started together and all dropped together when leadership is
+//! lost. Every failure inside is retried; the term ends by itself only when the hub answers a
+//! heartbeat with `stop` (the cluster was deleted on the hub).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lifeboat_api::protocol::{
+    Cursor, HeartbeatRequest, HeartbeatResponse, Inventory, PROTOCOL_VERSION, RegisterRequest,
+    WorkKey, heartbeat_path, work_path,
+};
+
+use super::HubMode;
+use super::applier::Applier;
+use super::backoff::Backoff;
+use super::catalog::ApiCatalog;
+use super::credential::Credentials;
+use super::namespaces::Namespaces;
+use super::observe::{self, ClusterState};
+use super::reporter::{self, SharedBook};
+use super::work::{Step, StreamState};
+use crate::node_health::NodeHealthIndex;
+
+/// The term ended because the hub deleted this cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped;
+
+/// `since` of the work stream's query: `epoch:revision`, percent-encoded.
+pub fn since_query(cursor: &Cursor) -> String {
+    let mut out = String::from("since=");
+    for b in cursor.to_string().bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Runs one term until the hub says stop (then removes the hub's work and the credential).
+pub async fn run(mode: &HubMode) -> Stopped {
+    let client = mode.client.clone();
+    let options = &mode.options;
+    let identity = options
+        .identity
+        .clone()
+        .unwrap_or_else(lifeboat_runtime::leader::default_identity);
+    let namespaces = Arc::new(Namespaces::new(client.clone()));
+    let credentials = Arc::new(Credentials::new(
+        client.clone(),
+        mode.hub.clone(),
+        options.credential_secret.clone(),
+        options.bootstrap_token_file.clone(),
+        RegisterRequest {
+            cluster_name: mode.cluster.clone(),
+            identity: identity.clone(),
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            protocol_version: PROTOCOL_VERSION.to_string(),
+            fencing_period_seconds: i32::try_from(options.fencing_period.as_secs())
+                .unwrap_or(i32::MAX),
+            provider: options.provider.clone(),
+            region: options.region.clone(),
+            zone: options.zone.clone(),
+        },
+        namespaces.clone(),
+    ));
+    let catalog = Arc::new(ApiCatalog::new(client.clone()));
+    let book = Arc::new(SharedBook::new());
+    let (applier, queue) = Applier::new(
+        client.clone(),
+        catalog.clone(),
+        namespaces,
+        book.clone(),
+        mode.metrics.clone(),
+        mode.cluster.clone(),
+        options.timing.max_backoff,
+    );
+    let cluster_state = Arc::new(ClusterState::default());
+    // Dropped (and so aborted) with this future.
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(observe::watch_nodes(
+        client.clone(),
+        cluster_state.clone(),
+        NodeHealthIndex::new(mode.autopilot.clone(), mode.reclamation_taints.clone()),
+        mode.reclamation_taints.clone(),
+    ));
+    tasks.spawn(observe::watch_pods(client.clone(), cluster_state.clone()));
+    tasks.spawn(applier.clone().run(queue, options.timing.apply_concurrency));
+    tasks.spawn(reporter::run_batcher(
+        book.clone(),
+        mode.hub.clone(),
+        credentials.clone(),
+        mode.cluster.clone(),
+        mode.metrics.clone(),
+        options.timing.max_backoff,
+    ));
+    tasks.spawn(refresh_discovery(
+        catalog.clone(),
+        options.timing.discovery_every,
+    ));
+    let stream = stream_work(mode, &credentials, &applier, &book);
+    let heartbeat = heartbeat(mode, &identity, &credentials, &cluster_state, &catalog);
+    tokio::select! {
+        () = stream => {}
+        () = heartbeat => {}
+    }
+    tracing::error!(cluster = %mode.cluster, "the hub deleted this cluster: removing its work and the credential; hub mode stops");
+    match applier.remove_everything().await {
+        Ok(deleted) => tracing::info!(deleted, "removed the hub's work"),
+        Err(e) => tracing::warn!(error = %e, "cannot remove all of the hub's work"),
+    }
+    credentials.discard().await;
+    mode.metrics.connected.set(0);
+    Stopped
+}
+
+async fn refresh_discovery(catalog: Arc<ApiCatalog>, every: Duration) {
+    let mut backoff = Backoff::new(Duration::from_secs(1), every);
+    loop {
+        match catalog.refresh_if_older(every / 2).await {
+            Ok(_) => {
+                backoff.reset();
+                tokio::time::sleep(every).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery of the member's APIs failed");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+}
+
+/// Whether the inventory goes with this heartbeat: the first one, a change, or the periodic
+/// resend.
+pub fn inventory_due(
+    current: Option<&Inventory>,
+    last_sent: Option<&(Inventory, Instant)>,
+    every: Duration,
+) -> bool {
+    match (current, last_sent) {
+        (None, _) => false,
+        (Some(_), None) => true,
+        (Some(now), Some((sent, at))) => now != sent || at.elapsed() >= every,
+    }
+}
+
+/// Heartbeats until the hub says stop.
+async fn heartbeat(
+    mode: &HubMode,
+    identity: &str,
+    credentials: &Credentials,
+    cluster_state: &ClusterState,
+    catalog: &ApiCatalog,
+) {
+    let path = heartbeat_path(&mode.cluster);
+    let timing = &mode.options.timing;
+    let mut backoff = Backoff::new(Duration::from_millis(500), timing.max_backoff);
+    let mut last_sent: Option<(Inventory, Instant)> = None;
+    loop {
+        let credential = match credentials.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                mode.metrics.connected.set(0);
+                let wait = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?wait, "no credential for the hub");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        let inventory = cluster_state.inventory().map(|mut inventory| {
+            if let Some(api) = catalog.peek() {
+                inventory.kubernetes_version = api.kubernetes_version.clone();
+                inventory.api_enablements = api.enablements.clone();
+            }
+            inventory
+        });
+        let send = inventory_due(
+            inventory.as_ref(),
+            last_sent.as_ref(),
+            timing.inventory_every,
+        );
+        let request = HeartbeatRequest {
+            identity: identity.to_string(),
+            inventory: if send { inventory.clone() } else { None },
+            fenced: Vec::new(),
+        };
+        let result: Result<HeartbeatResponse, _> = mode
+            .hub
+            .post("heartbeat", &path, &credential.token, &request)
+            .await;
+        match result {
+            Ok(response) => {
+                mode.metrics.connected.set(1);
+                backoff.reset();
+                if send && let Some(inventory) = inventory {
+                    tracing::debug!(
+                        nodes = inventory.node_summary.total_num,
+                        groups = inventory.node_groups.len(),
+                        "inventory sent"
+                    );
+                    last_sent = Some((inventory, Instant::now()));
+                }
+                if response.stop {
+                    return;
+                }
+                tokio::time::sleep(credential.heartbeat_interval).await;
+            }
+            Err(e) if e.is_unauthorized() => {
+                mode.metrics.connected.set(0);
+                // The next heartbeat carries the inventory again: the hub may have lost it.
+                last_sent = None;
+                if let Err(e) = credentials.rejected(&credential.token).await {
+                    let wait = backoff.next_delay();
+                    tracing::warn!(error = %e, retry_in = ?wait, "registering again failed");
+                    tokio::time::sleep(wait).await;
+                }
+            }
+            Err(e) => {
+                mode.metrics.connected.set(0);
+                let wait = e
+                    .retry_after()
+                    .unwrap_or_else(|| backoff.next_delay())
+                    .min(credential.heartbeat_interval);
+                tracing::warn!(error = %e, retry_in = ?wait, "heartbeat failed");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// Consumes the work stream forever, reconnecting from the cursor.
+async fn stream_work(
+    mode: &HubMode,
+    credentials: &Credentials,
+    applier: &Applier,
+    book: &SharedBook,
+) {
+    let timing = &mode.options.timing;
+    let mut state = StreamState::default();
+    let mut backoff = Backoff::new(Duration::from_millis(200), timing.max_backoff);
+    loop {
+        let credential = match credentials.get().await {
+            Ok(c) => c,
+            Err(e) => {
+                let wait = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?wait, "no credential for the work stream");
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+        };
+        let path = match state.cursor() {
+            Some(cursor) => format!("{}?{}", work_path(&mode.cluster), since_query(cursor)),
+            None => work_path(&mode.cluster),
+        };
+        match mode
+            .hub
+            .open_stream(&path, &credential.token, timing.stream_idle_timeout)
+            .await
+        {
+            Ok(mut stream) => {
+                tracing::info!(since = ?state.cursor().map(|c| c.to_string()), "work stream open");
+                let mut progressed = false;
+                let reason = 'read: loop {
+                    match stream.next().await {
+                        Ok(Some(events)) => {
+                            for event in events {
+                                progressed = true;
+                                match state.on_event(event) {
+                                    Ok(step) => handle(step, applier, book).await,
+                                    Err(e) => {
+                                        // Start over from a full snapshot.
+                                        state.forget();
+                                        break 'read e.to_string();
+                                    }
+                                }
+                            }
+                        }
+                        Ok(None) => break "the hub ended the stream".to_string(),
+                        Err(e) => break e.to_string(),
+                    }
+                };
+                state.interrupted();
+                if progressed {
+                    backoff.reset();
+                }
+                tracing::info!(%reason, "work stream closed; reconnecting");
+            }
+            Err(e) if e.is_unauthorized() => {
+                if let Err(e) = credentials.rejected(&credential.token).await {
+                    tracing::warn!(error = %e, "registering again failed");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot open the work stream"),
+        }
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+}
+
+async fn handle(step: Step, applier: &Applier, book: &SharedBook) {
+    match step {
+        Step::Apply(work) => applier.upsert(work),
+        Step::Remove(key) => applier.remove(&key),
+        Step::SnapshotComplete { keys } => complete_snapshot(keys, applier, book).await,
+        Step::Nothing => {}
+    }
+}
+
+/// A full snapshot arrived: works not in it go; every labelled object no work names is
+/// deleted (what the agent made before a restart is adopted by the applies of the same names);
+/// the next status report is full.
+async fn complete_snapshot(keys: BTreeSet<WorkKey>, applier: &Applier, book: &SharedBook) {
+    for key in applier.keys() {
+        if !keys.contains(&key) {
+            applier.remove(&key);
+        }
+    }
+    if let Err(e) = applier.sweep(&keys).await {
+        tracing::warn!(error = %e, "sweep after the snapshot failed; the next snapshot retries it");
+    }
+    reporter::request_full(book);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cursor_goes_in_the_query_encoded() {
+        let cursor = Cursor {
+            epoch: "a1b2".into(),
+            revision: 42,
+        };
+        assert_eq!(since_query(&cursor), "since=a1b2:42");
+        let odd = Cursor {
+            epoch: "e 1/&".into(),
+            revision: 7,
+        };
+        assert_eq!(since_query(&odd), "since=e%201%2F%26:7");
+    }
+
+    #[test]
+    fn the_inventory_goes_when_new_changed_or_due() {
+        let every = Duration::from_secs(60);
+        let a = Inventory::default();
+        let mut b = Inventory::default();
+        b.node_summary.total_num = 1;
+        assert!(!inventory_due(None, None, every), "not synced yet");
+        assert!(inventory_due(Some(&a), None, every), "first");
+        let fresh = (a.clone(), Instant::now());
+        assert!(!inventory_due(Some(&a), Some(&fresh), every), "unchanged");
+        assert!(inventory_due(Some(&b), Some(&fresh), every), "changed");
+        let old = (a.clone(), Instant::now() - Duration::from_secs(61));
+        assert!(
+            inventory_due(Some(&a), Some(&old), every),
+            "a minute passed"
+        );
+    }
+}

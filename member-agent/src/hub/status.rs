@@ -1,0 +1,530 @@
+//! What the agent reports of each work, pure: the latest state per work (apply result and the
+//! observed object), which works changed since they were last reported, and the batches.
+//!
+//! Only the latest state of a work is kept, so a hub that is away costs no growing buffer: when
+//! it is back, each changed work is sent once. `observedAt` is a whole second (the wire format
+//! of `metav1.Time`) and strictly increases per work (the hub refuses an older report and
+//! ignores an equal one as a replay): a work reported in the current second waits for the
+//! next.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use lifeboat_api::protocol::{StatusReport, WorkKey, WorkStatus};
+use serde_json::{Map, Value};
+
+use super::work::ObjectId;
+
+/// How long a full report waits for the works of a snapshot to be applied first.
+pub const FULL_REPORT_WAIT_SECONDS: i64 = 10;
+
+/// Annotations never reported (large, and of no use to interpreters).
+const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
+
+/// The object as reported: metadata trimmed to what interpreters read, `spec` and `status`
+/// (never other top-level fields: a Secret's `data` stays in the member).
+pub fn trim_observed(object: &Value, api_version: &str, kind: &str) -> Value {
+    let mut out = Map::new();
+    out.insert("apiVersion".into(), Value::String(api_version.into()));
+    out.insert("kind".into(), Value::String(kind.into()));
+    let mut metadata = Map::new();
+    if let Some(meta) = object.get("metadata").and_then(Value::as_object) {
+        for field in ["name", "namespace", "uid", "generation", "labels"] {
+            if let Some(v) = meta.get(field) {
+                metadata.insert(field.into(), v.clone());
+            }
+        }
+        if let Some(Value::Object(annotations)) = meta.get("annotations") {
+            let kept: Map<String, Value> = annotations
+                .iter()
+                .filter(|(k, _)| !DROPPED_ANNOTATIONS.contains(&k.as_str()))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if !kept.is_empty() {
+                metadata.insert("annotations".into(), Value::Object(kept));
+            }
+        }
+    }
+    out.insert("metadata".into(), Value::Object(metadata));
+    for field in ["spec", "status"] {
+        if let Some(v) = object.get(field) {
+            out.insert(field.into(), v.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    binding_uid: String,
+    revision: i64,
+    /// The latest revision has not been applied (nor failed) yet: nothing to report.
+    pending: bool,
+    applied: bool,
+    applied_message: Option<String>,
+    /// The object the last successful apply made.
+    target: Option<ObjectId>,
+    /// The second of the last report sent.
+    last_sent: Option<i64>,
+}
+
+/// One batch taken for sending.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub report: StatusReport,
+    /// The second every item's `observedAt` says.
+    pub second: i64,
+}
+
+/// The latest state of every work, and what is left to report.
+#[derive(Debug, Default)]
+pub struct StatusBook {
+    works: BTreeMap<WorkKey, Entry>,
+    /// Objects seen by the watches (trimmed), with the work their labels name.
+    objects: HashMap<ObjectId, (WorkKey, Value)>,
+    /// Target object → its work.
+    by_target: HashMap<ObjectId, WorkKey>,
+    dirty: BTreeSet<WorkKey>,
+    /// A full report is due (after a snapshot), asked for at this second.
+    full_since: Option<i64>,
+    /// Nothing is reported at this second or before: an earlier process (or term) of the
+    /// agent may have reported in it, and the hub ignores a report whose `observedAt` equals
+    /// the last one it took.
+    floor: Option<i64>,
+}
+
+impl StatusBook {
+    /// The book of a term that starts at `now_second`: its first report is at a later second
+    /// than any report of an earlier term.
+    pub fn starting_at(now_second: i64) -> Self {
+        Self {
+            floor: Some(now_second),
+            ..Self::default()
+        }
+    }
+
+    /// A new revision of a work arrived (to be applied).
+    pub fn assign(&mut self, key: &WorkKey, binding_uid: &str, revision: i64) {
+        let entry = self.works.entry(key.clone()).or_insert_with(|| Entry {
+            binding_uid: binding_uid.to_string(),
+            revision,
+            pending: true,
+            applied: false,
+            applied_message: None,
+            target: None,
+            last_sent: None,
+        });
+        entry.binding_uid = binding_uid.to_string();
+        entry.revision = revision;
+        entry.pending = true;
+    }
+
+    /// The result of applying `revision` of a work (`Ok(object)` or `Err(message)`); a result
+    /// for an older revision is ignored.
+    pub fn applied(&mut self, key: &WorkKey, revision: i64, result: Result<ObjectId, String>) {
+        let Some(entry) = self.works.get_mut(key) else {
+            return;
+        };
+        if entry.revision != revision {
+            return;
+        }
+        entry.pending = false;
+        match result {
+            Ok(target) => {
+                entry.applied = true;
+                entry.applied_message = None;
+                if entry.target.as_ref() != Some(&target) {
+                    if let Some(old) = entry.target.take() {
+                        self.by_target.remove(&old);
+                    }
+                    self.by_target.insert(target.clone(), key.clone());
+                    entry.target = Some(target);
+                }
+            }
+            Err(message) => {
+                entry.applied = false;
+                entry.applied_message = Some(message);
+            }
+        }
+        self.dirty.insert(key.clone());
+    }
+
+    /// The work is no longer assigned: nothing more is reported of it.
+    pub fn remove(&mut self, key: &WorkKey) {
+        if let Some(entry) = self.works.remove(key)
+            && let Some(target) = entry.target
+        {
+            self.by_target.remove(&target);
+        }
+        self.dirty.remove(key);
+    }
+
+    /// A watch saw an object with binding labels change (`Some`) or go (`None`).
+    pub fn observe(&mut self, id: ObjectId, seen: Option<(WorkKey, Value)>) {
+        let changed = match &seen {
+            Some(new) => self.objects.get(&id) != Some(new),
+            None => self.objects.contains_key(&id),
+        };
+        if !changed {
+            return;
+        }
+        match seen {
+            Some(new) => {
+                self.objects.insert(id.clone(), new);
+            }
+            None => {
+                self.objects.remove(&id);
+            }
+        }
+        if let Some(key) = self.by_target.get(&id) {
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    /// A watch listed every object of one kind again: those of that kind not listed are gone.
+    pub fn relist(&mut self, group: &str, kind: &str, objects: Vec<(ObjectId, WorkKey, Value)>) {
+        let listed: BTreeSet<ObjectId> = objects.iter().map(|(id, _, _)| id.clone()).collect();
+        let gone: Vec<ObjectId> = self
+            .objects
+            .keys()
+            .filter(|id| id.group == group && id.kind == kind && !listed.contains(*id))
+            .cloned()
+            .collect();
+        for id in gone {
+            self.observe(id, None);
+        }
+        for (id, key, value) in objects {
+            self.observe(id, Some((key, value)));
+        }
+    }
+
+    /// After a snapshot: report every work again, the first batch marked full.
+    pub fn request_full(&mut self, now_second: i64) {
+        self.dirty.extend(self.works.keys().cloned());
+        self.full_since = Some(now_second);
+    }
+
+    /// How many works wait to be reported.
+    pub fn backlog(&self) -> usize {
+        self.dirty.len()
+    }
+
+    pub fn len(&self) -> usize {
+        self.works.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.works.is_empty()
+    }
+
+    /// Takes up to `max` changed works reportable at `now_second` (applied or failed, not
+    /// reported in this second yet). `None` when there is nothing to send. The works taken
+    /// count as reported; [`StatusBook::failed`] puts them back.
+    pub fn take(&mut self, now_second: i64, max: usize) -> Option<Batch> {
+        if self.floor.is_some_and(|floor| now_second <= floor) {
+            return None;
+        }
+        let full = match self.full_since {
+            Some(since) => {
+                let waiting = self.works.values().any(|e| e.pending);
+                if waiting && now_second - since < FULL_REPORT_WAIT_SECONDS {
+                    // Let the snapshot's applies finish so the full report covers them.
+                    return None;
+                }
+                // A full report carries every work; one already reported in this second would
+                // be left out (its `observedAt` must increase), so the report waits a second.
+                if self
+                    .works
+                    .values()
+                    .any(|e| !e.pending && e.last_sent.is_some_and(|s| s >= now_second))
+                {
+                    return None;
+                }
+                true
+            }
+            None => false,
+        };
+        let keys: Vec<WorkKey> = self
+            .dirty
+            .iter()
+            .filter(|k| {
+                self.works
+                    .get(*k)
+                    .is_some_and(|e| !e.pending && e.last_sent.is_none_or(|s| s < now_second))
+            })
+            .take(max.max(1))
+            .cloned()
+            .collect();
+        if keys.is_empty() && !full {
+            return None;
+        }
+        let observed_at = Time(Timestamp::from_second(now_second).unwrap_or(Timestamp::UNIX_EPOCH));
+        let mut items = Vec::with_capacity(keys.len());
+        for key in keys {
+            self.dirty.remove(&key);
+            let Some(entry) = self.works.get_mut(&key) else {
+                continue;
+            };
+            entry.last_sent = Some(now_second);
+            let observed = entry
+                .target
+                .as_ref()
+                .and_then(|t| self.objects.get(t))
+                .filter(|(owner, _)| *owner == key)
+                .map(|(_, v)| v.clone());
+            items.push(WorkStatus {
+                key,
+                binding_uid: entry.binding_uid.clone(),
+                revision: entry.revision,
+                applied: entry.applied,
+                applied_message: entry.applied_message.clone(),
+                observed,
+                observed_at: observed_at.clone(),
+                reset_generation: None,
+                fenced: false,
+            });
+        }
+        self.full_since = None;
+        Some(Batch {
+            report: StatusReport { items, full },
+            second: now_second,
+        })
+    }
+
+    /// A batch did not reach the hub: its works are reported again (their latest state, at a
+    /// later second), and a full report is asked for again if it was one.
+    pub fn failed(&mut self, batch: &Batch) {
+        for item in &batch.report.items {
+            if self.works.contains_key(&item.key) {
+                self.dirty.insert(item.key.clone());
+            }
+        }
+        if batch.report.full && self.full_since.is_none() {
+            self.full_since = Some(batch.second);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn key(name: &str) -> WorkKey {
+        WorkKey {
+            namespace: "ml".into(),
+            name: name.into(),
+        }
+    }
+
+    fn id(name: &str) -> ObjectId {
+        ObjectId {
+            group: "apps".into(),
+            kind: "Deployment".into(),
+            namespace: Some("ml".into()),
+            name: name.into(),
+        }
+    }
+
+    fn seen(name: &str, ready: i64) -> Option<(WorkKey, Value)> {
+        Some((key(name), json!({"status": {"readyReplicas": ready}})))
+    }
+
+    fn names(batch: &Batch) -> Vec<String> {
+        batch
+            .report
+            .items
+            .iter()
+            .map(|i| i.key.name.clone())
+            .collect()
+    }
+
+    #[test]
+    fn nothing_is_reported_before_the_apply_result() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "uid-a", 1);
+        book.observe(id("a"), seen("a", 0));
+        assert_eq!(book.take(100, 500), None);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        let batch = book.take(100, 500).expect("a batch");
+        let item = &batch.report.items[0];
+        assert!(item.applied && !batch.report.full);
+        assert_eq!(item.revision, 1);
+        assert_eq!(item.binding_uid, "uid-a");
+        assert_eq!(item.observed, Some(json!({"status": {"readyReplicas": 0}})));
+        assert_eq!(item.observed_at.0.as_second(), 100);
+        assert_eq!(book.take(100, 500), None, "nothing changed");
+    }
+
+    #[test]
+    fn observed_at_strictly_increases_per_work() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "u", 1);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        assert!(book.take(100, 500).is_some());
+        // A change in the same second waits for the next one; only the latest state goes.
+        book.observe(id("a"), seen("a", 1));
+        book.observe(id("a"), seen("a", 2));
+        assert_eq!(book.take(100, 500), None);
+        let batch = book.take(101, 500).expect("next second");
+        assert_eq!(batch.report.items.len(), 1);
+        assert_eq!(
+            batch.report.items[0].observed,
+            Some(json!({"status": {"readyReplicas": 2}}))
+        );
+        assert_eq!(batch.report.items[0].observed_at.0.as_second(), 101);
+        // An unchanged observation marks nothing.
+        book.observe(id("a"), seen("a", 2));
+        assert_eq!(book.backlog(), 0);
+    }
+
+    #[test]
+    fn a_failed_batch_is_resent_later_with_the_latest_state() {
+        let mut book = StatusBook::default();
+        for name in ["a", "b", "c"] {
+            book.assign(&key(name), "u", 1);
+            book.applied(&key(name), 1, Ok(id(name)));
+        }
+        let first = book.take(100, 2).expect("batch");
+        assert_eq!(names(&first), ["a", "b"]);
+        book.failed(&first);
+        book.observe(id("a"), seen("a", 5));
+        // c was never sent: it goes now; a and b wait for the next second.
+        assert_eq!(names(&book.take(100, 500).expect("c")), ["c"]);
+        let again = book.take(101, 500).expect("resent");
+        assert_eq!(names(&again), ["a", "b"]);
+        assert_eq!(
+            again.report.items[0].observed,
+            Some(json!({"status": {"readyReplicas": 5}}))
+        );
+    }
+
+    #[test]
+    fn apply_failures_are_reported_and_stale_results_ignored() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "u", 2);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        assert_eq!(book.take(100, 500), None, "revision 1 is not the latest");
+        book.applied(&key("a"), 2, Err("admission webhook denied".into()));
+        let item = book.take(100, 500).expect("batch").report.items[0].clone();
+        assert!(!item.applied);
+        assert_eq!(
+            item.applied_message.as_deref(),
+            Some("admission webhook denied")
+        );
+        assert_eq!(item.observed, None);
+    }
+
+    #[test]
+    fn a_full_report_waits_for_the_snapshot_applies_up_to_a_limit() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "u", 1);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        book.assign(&key("b"), "u", 1);
+        book.request_full(100);
+        assert_eq!(book.take(101, 500), None, "b is still being applied");
+        book.applied(&key("b"), 1, Ok(id("b")));
+        let batch = book.take(102, 500).expect("full");
+        assert!(batch.report.full);
+        assert_eq!(names(&batch), ["a", "b"]);
+        // The next one is not full.
+        book.observe(id("a"), seen("a", 1));
+        assert!(!book.take(103, 500).expect("delta").report.full);
+        // A work whose apply never finishes does not hold the full report forever.
+        book.assign(&key("c"), "u", 1);
+        book.request_full(200);
+        assert_eq!(book.take(205, 500), None);
+        let batch = book
+            .take(200 + FULL_REPORT_WAIT_SECONDS, 500)
+            .expect("full anyway");
+        assert!(batch.report.full);
+        assert_eq!(names(&batch), ["a", "b"]);
+        // A failed full report is full again.
+        book.failed(&batch);
+        assert!(book.take(300, 500).expect("again").report.full);
+    }
+
+    #[test]
+    fn a_full_report_waits_for_works_reported_in_the_same_second() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "uid-a", 1);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        assert_eq!(names(&book.take(100, 500).expect("delta")), ["a"]);
+        book.request_full(100);
+        assert_eq!(book.take(100, 500), None, "a was reported at 100 already");
+        let batch = book.take(101, 500).expect("full");
+        assert!(batch.report.full);
+        assert_eq!(names(&batch), ["a"]);
+    }
+
+    #[test]
+    fn a_new_term_reports_from_the_next_second() {
+        let mut book = StatusBook::starting_at(100);
+        book.assign(&key("a"), "uid-a", 1);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        assert_eq!(
+            book.take(100, 500),
+            None,
+            "an earlier term may have reported at 100"
+        );
+        let batch = book.take(101, 500).expect("a batch");
+        assert_eq!(names(&batch), ["a"]);
+        assert_eq!(batch.second, 101);
+    }
+
+    #[test]
+    fn an_empty_snapshot_still_sends_a_full_report() {
+        let mut book = StatusBook::default();
+        book.request_full(100);
+        let batch = book.take(100, 500).expect("full");
+        assert!(batch.report.full && batch.report.items.is_empty());
+        assert_eq!(book.take(101, 500), None);
+    }
+
+    #[test]
+    fn objects_of_another_work_or_gone_are_not_reported() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "u", 1);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        // Another binding's labels on the object the work names: not ours to report.
+        book.observe(id("a"), seen("x", 1));
+        let item = book.take(100, 500).expect("batch").report.items[0].clone();
+        assert_eq!(item.observed, None);
+        book.observe(id("a"), seen("a", 1));
+        assert!(
+            book.take(101, 500).expect("batch").report.items[0]
+                .observed
+                .is_some()
+        );
+        // The object was deleted: a relist without it reports it gone.
+        book.relist("apps", "Deployment", vec![]);
+        let item = book.take(102, 500).expect("batch").report.items[0].clone();
+        assert_eq!(item.observed, None);
+        book.remove(&key("a"));
+        book.observe(id("a"), seen("a", 3));
+        assert_eq!(book.take(103, 500), None);
+        assert!(book.is_empty());
+    }
+
+    #[test]
+    fn trimming_keeps_what_interpreters_read() {
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ml", "uid": "u1", "generation": 2,
+                "resourceVersion": "9", "managedFields": [{"manager": "lifeboat"}],
+                "labels": {"app": "web"},
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
+            "spec": {"replicas": 1}, "status": {"readyReplicas": 1}, "data": {"secret": "x"}
+        });
+        assert_eq!(
+            trim_observed(&object, "apps/v1", "Deployment"),
+            json!({
+                "apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "ml", "uid": "u1", "generation": 2,
+                    "labels": {"app": "web"}, "annotations": {"keep": "me"}},
+                "spec": {"replicas": 1}, "status": {"readyReplicas": 1}
+            })
+        );
+    }
+}

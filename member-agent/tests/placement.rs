@@ -1,0 +1,401 @@
+//! The hub and its agents as they run in production, on the local fleet (hub + 2 members): the
+//! real hub (`lifeboat_hub::hub::run`: CRDs, agent API over TLS with its CA in a Secret, binder
+//! with the scheduler plugins, status processor, cluster health) and one agent per member in
+//! hub mode, each registering with a bootstrap token.
+//!
+//! An AppWrapper applied to the hub with a PropagationPolicy that names member-2 runs in
+//! member-2 (and not in member-1); its health per cluster is on its ResourceBinding and its phase
+//! on the hub's AppWrapper. A policy that no cluster satisfies leaves the binding with
+//! `Scheduled=False` and a reason per cluster.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use lifeboat_agent::agent::{self, AgentOptions};
+use lifeboat_agent::config::OperatorConfig;
+use lifeboat_agent::hub::{HubOptions, HubTiming, SecretRef};
+use lifeboat_api::binding::ResourceBinding;
+use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
+use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
+use lifeboat_e2e::wait;
+use lifeboat_hub::agentapi::AgentApiConfig;
+use lifeboat_hub::agentapi::auth::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
+use lifeboat_hub::clusters::ClusterHealthConfig;
+use lifeboat_hub::hub::{AgentApiTls, HubOptions as HubProcessOptions};
+use serde_json::json;
+use support::T;
+
+const CA_SECRET: &str = "lifeboat-hub-ca";
+const BOOTSTRAP_SECRET: &str = "e2e-bootstrap";
+const BOOTSTRAP_TOKEN: &str = "e2e-bootstrap-token-0123456789abcdef0123456789";
+
+fn main() -> ExitCode {
+    harness::run(
+        "placement",
+        |c| {
+            c.members = 2;
+            c.nodes_per_member = 2;
+            c.gpus_per_node = 8;
+        },
+        vec![E2eTest::new(
+            "an_appwrapper_applied_to_the_hub_runs_in_the_member_its_policy_names",
+            appwrapper_runs_where_its_policy_says,
+        )],
+    )
+}
+
+fn appwrapper_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "workload.codeflare.dev",
+        "v1beta2",
+        "AppWrapper",
+    ))
+}
+
+/// Starts the hub in this process; returns the agent API's URL.
+async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
+    let api_port = lifeboat_e2e::ports::free_port()?;
+    let metrics_port = lifeboat_e2e::ports::free_port()?;
+    let lease = Duration::from_secs(10);
+    let options = HubProcessOptions {
+        kubeconfig: Some(ctx.fleet.kubeconfig("hub")?),
+        install_crds: true,
+        metrics_bind: Some(SocketAddr::from(([127, 0, 0, 1], metrics_port))),
+        agent_api_bind: SocketAddr::from(([127, 0, 0, 1], api_port)),
+        agent_api_tls: AgentApiTls::CaSecret {
+            secret: CA_SECRET.into(),
+            names: vec!["127.0.0.1".into()],
+        },
+        agent_api: AgentApiConfig {
+            lease_duration: lease,
+            heartbeat_interval: Duration::from_secs(2),
+            ..AgentApiConfig::default()
+        },
+        cluster_health: ClusterHealthConfig {
+            lease_duration: lease,
+            ..ClusterHealthConfig::default()
+        },
+        leader_election: None,
+        binder_workers: 2,
+        status_writers: 2,
+        scheduler: Default::default(),
+    };
+    tokio::spawn(async move {
+        let result =
+            lifeboat_hub::hub::run(options, prometheus::Registry::new(), std::future::pending())
+                .await;
+        if let Err(error) = result {
+            eprintln!("hub stopped: {error}");
+        }
+    });
+    Ok(format!("https://127.0.0.1:{api_port}"))
+}
+
+/// The bootstrap token Secret on the hub, and the CA the hub serves from, once it made it.
+async fn bootstrap(hub: &kube::Client, dir: &std::path::Path) -> Result<(), TestError> {
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
+    let ca = wait::until("the hub's CA Secret", T, || async {
+        match secrets.get_opt(CA_SECRET).await {
+            Ok(Some(s)) => s
+                .data
+                .and_then(|d| d.get("tls.crt").cloned())
+                .ok_or_else(|| "no tls.crt".to_string()),
+            Ok(None) => Err("not created yet".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    std::fs::write(dir.join("hub-ca.pem"), &ca.0)?;
+    std::fs::write(dir.join("bootstrap-token"), BOOTSTRAP_TOKEN)?;
+    let token = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(BOOTSTRAP_SECRET.into()),
+            ..Default::default()
+        },
+        type_: Some(BOOTSTRAP_TOKEN_TYPE.into()),
+        data: Some(
+            [(
+                BOOTSTRAP_TOKEN_KEY.to_string(),
+                ByteString(BOOTSTRAP_TOKEN.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    match secrets.create(&PostParams::default(), &token).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn start_agent(
+    ctx: &TestContext,
+    member: &str,
+    hub_url: &str,
+    dir: &std::path::Path,
+    region: &str,
+) -> Result<agent::SpawnedAgent, TestError> {
+    let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
+    let hub = HubOptions {
+        urls: vec![hub_url.to_string()],
+        ca_file: Some(dir.join("hub-ca.pem")),
+        bootstrap_token_file: dir.join("bootstrap-token"),
+        fencing_period: Duration::from_secs(60),
+        provider: Some("kwok".into()),
+        region: Some(region.into()),
+        zone: None,
+        credential_secret: SecretRef {
+            namespace: HUB_SYSTEM_NAMESPACE.into(),
+            name: "lifeboat-hub-credential".into(),
+        },
+        identity: Some(format!("{member}-agent")),
+        timing: HubTiming {
+            request_timeout: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(2),
+            discovery_every: Duration::from_secs(2),
+            ..Default::default()
+        },
+    };
+    let options = AgentOptions {
+        kubeconfig: Some(ctx.fleet.kubeconfig(member)?),
+        config: OperatorConfig::default(),
+        cluster: member.to_string(),
+        metrics_bind: Some(metrics),
+        concurrency: 4,
+        install_crd: true,
+        webhook: None,
+        leader_election: None,
+        hub: Some(hub),
+    };
+    Ok(agent::spawn(options, prometheus::Registry::new()).await?)
+}
+
+fn ready(cluster: &Cluster) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestResult {
+    let dir = tempfile_dir(&ctx.namespace)?;
+    let hub = ctx.client("hub").await?;
+    // The hub serves AppWrappers as templates (it runs none itself).
+    lifeboat_agent::install::ensure_crd(&hub).await?;
+    let hub_url = start_hub(&ctx).await?;
+    bootstrap(&hub, &dir).await?;
+    let members = ctx.fleet.member_names();
+    let (first, second) = match members.as_slice() {
+        [a, b, ..] => (a.clone(), b.clone()),
+        _ => return Err("the fleet needs two members".into()),
+    };
+    let _agent_1 = start_agent(&ctx, &first, &hub_url, &dir, "us-east-1").await?;
+    let _agent_2 = start_agent(&ctx, &second, &hub_url, &dir, "eu-west-1").await?;
+
+    // Both agents register and heartbeat: their Clusters are Ready, with GPU capacity.
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    for name in [&first, &second] {
+        wait::until(&format!("Cluster {name} Ready"), T, || async {
+            match clusters.get_opt(name).await {
+                Ok(Some(c)) if ready(&c) => Ok(()),
+                Ok(Some(_)) => Err("not Ready yet".to_string()),
+                Ok(None) => Err("not registered yet".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await?;
+    }
+
+    // A policy naming the second member, and an AppWrapper it selects, applied to the hub.
+    let ns = ctx.namespace("hub").await?;
+    let policies: Api<DynamicObject> = Api::namespaced_with(
+        hub.clone(),
+        &ns,
+        &ApiResource::from_gvk(&GroupVersionKind::gvk(
+            "policy.lifeboat.dev",
+            "v1alpha1",
+            "PropagationPolicy",
+        )),
+    );
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "train-on-second", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"}],
+            "placement": {"clusterAffinity": {"clusterNames": [second]}}
+        }
+    }))?;
+    policies
+        .patch(
+            "train-on-second",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&policy),
+        )
+        .await?;
+    let appwrappers: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), &ns, &appwrapper_resource());
+    let mut train = serde_json::to_value(support::appwrapper(
+        "train",
+        &[],
+        vec![support::job("train-job", "sleep 3600", 1, 1)],
+    )?)?;
+    train["metadata"]["namespace"] = json!(ns);
+    appwrappers
+        .create(&PostParams::default(), &serde_json::from_value(train)?)
+        .await?;
+
+    // The binding places it on the second member.
+    let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
+    let binding = wait::until("the binding scheduled on the second member", T, || async {
+        let list = bindings
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let binding = list
+            .items
+            .into_iter()
+            .find(|b| b.spec.resource.name == "train")
+            .ok_or("no binding yet")?;
+        let names: Vec<&str> = binding
+            .spec
+            .clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        if names == [second.as_str()] {
+            Ok(binding)
+        } else {
+            Err(format!("clusters {names:?}"))
+        }
+    })
+    .await?;
+    let binding_name = binding.metadata.name.clone().unwrap_or_default();
+
+    // It runs in the second member (the agent's AppWrapper controller takes it to Running), and
+    // nothing of it reaches the first.
+    let in_second: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client(&second).await?, &ns, &appwrapper_resource());
+    wait::until("the AppWrapper Running in the second member", T, || async {
+        let aw = in_second
+            .get_opt("train")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("not applied yet")?;
+        match aw.data["status"]["phase"].as_str() {
+            Some("Running") => Ok(()),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await?;
+    let in_first: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client(&first).await?, &ns, &appwrapper_resource());
+    if in_first.get_opt("train").await?.is_some() {
+        return Err("the AppWrapper reached the first member too".into());
+    }
+
+    // Its health per cluster is on the binding, and its phase on the hub's AppWrapper.
+    wait::until("the binding's aggregated status Healthy", T, || async {
+        let b = bindings
+            .get(&binding_name)
+            .await
+            .map_err(|e| e.to_string())?;
+        let items = b.status.map(|s| s.aggregated_status).unwrap_or_default();
+        match items.as_slice() {
+            [item]
+                if item.cluster_name == second
+                    && item.applied
+                    && format!("{:?}", item.health) == "Healthy" =>
+            {
+                Ok(())
+            }
+            other => Err(format!("aggregated status {other:?}")),
+        }
+    })
+    .await?;
+    wait::until("the hub's AppWrapper shows Running", T, || async {
+        let aw = appwrappers.get("train").await.map_err(|e| e.to_string())?;
+        match aw.data["status"]["phase"].as_str() {
+            Some("Running") => Ok(()),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await?;
+
+    // A policy nobody satisfies: Scheduled=False with a reason per cluster.
+    let nowhere: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "nowhere", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "huge"}],
+            "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"gpu": "b200"}}}}
+        }
+    }))?;
+    policies
+        .patch(
+            "nowhere",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&nowhere),
+        )
+        .await?;
+    let mut huge = serde_json::to_value(support::appwrapper(
+        "huge",
+        &[],
+        vec![support::job("huge-job", "sleep 3600", 1, 1)],
+    )?)?;
+    huge["metadata"]["namespace"] = json!(ns);
+    appwrappers
+        .create(&PostParams::default(), &serde_json::from_value(huge)?)
+        .await?;
+    wait::until("the unschedulable binding says why", T, || async {
+        let list = bindings
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let b = list
+            .items
+            .into_iter()
+            .find(|b| b.spec.resource.name == "huge")
+            .ok_or("no binding yet")?;
+        let status = b.status.unwrap_or_default();
+        let scheduled = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Scheduled")
+            .ok_or("no Scheduled condition")?;
+        if scheduled.status != "False" {
+            return Err(format!("Scheduled={}", scheduled.status));
+        }
+        let rejected: Vec<&str> = status
+            .rejected_clusters
+            .iter()
+            .map(|r| r.cluster_name.as_str())
+            .collect();
+        if rejected.len() == 2 && b.spec.clusters.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "rejected {rejected:?}, clusters {:?}",
+                b.spec.clusters
+            ))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// A directory for the agents' files (CA, token), under the fleet's target directory.
+fn tempfile_dir(name: &str) -> Result<std::path::PathBuf, TestError> {
+    let dir = std::env::temp_dir().join(format!("lifeboat-e2e-{name}"));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
