@@ -49,10 +49,6 @@ fn main() -> ExitCode {
                 "restarted_apiserver_waits_out_a_taken_port",
                 apiserver_port_taken,
             ),
-            E2eTest::new(
-                "the_hub_keeps_a_job_without_running_it",
-                hub_runs_no_workloads,
-            ),
         ],
     )
 }
@@ -535,47 +531,5 @@ async fn apiserver_port_taken(ctx: Arc<TestContext>) -> TestResult {
     assert!(again.is_running());
     let namespaces: Api<Namespace> = Api::all(ctx.client(cluster).await?);
     namespaces.get("default").await?;
-    Ok(())
-}
-
-/// The hub keeps workload templates for the members: the same Job that a member's job
-/// controller starts at once is left alone on the hub (no pods, no start time).
-async fn hub_runs_no_workloads(ctx: Arc<TestContext>) -> TestResult {
-    let member = ctx.first_member();
-    let mut started = Vec::new();
-    for cluster in ["hub", member.as_str()] {
-        let ns = ctx.namespace(cluster).await?;
-        let jobs: Api<Job> = Api::namespaced(ctx.client(cluster).await?, &ns);
-        jobs.create(
-            &PostParams::default(),
-            &gpu_job("template", &ns, 1, "sleep infinity"),
-        )
-        .await?;
-        started.push((cluster.to_string(), jobs));
-    }
-    let (_, member_jobs) = &started[1];
-    wait::until("the member's job controller starts the Job", T, || async {
-        let job = member_jobs
-            .get("template")
-            .await
-            .map_err(|e| e.to_string())?;
-        match job.status.and_then(|s| s.start_time) {
-            Some(_) => Ok(()),
-            None => Err("not started yet".to_string()),
-        }
-    })
-    .await?;
-    let (_, hub_jobs) = &started[0];
-    let hub_job = hub_jobs.get("template").await?;
-    let status = hub_job.status.unwrap_or_default();
-    assert!(
-        status.start_time.is_none() && status.active.unwrap_or(0) == 0,
-        "the hub ran its Job: {status:?}"
-    );
-    let pods: Api<Pod> = Api::namespaced(ctx.client("hub").await?, &ctx.namespace("hub").await?);
-    assert!(
-        job_pods(&pods, "template").await?.is_empty(),
-        "pods on the hub"
-    );
     Ok(())
 }

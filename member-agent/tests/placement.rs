@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent::{self, AgentOptions};
@@ -45,10 +46,17 @@ fn main() -> ExitCode {
             c.nodes_per_member = 2;
             c.gpus_per_node = 8;
         },
-        vec![E2eTest::new(
-            "an_appwrapper_applied_to_the_hub_runs_in_the_member_its_policy_names",
-            appwrapper_runs_where_its_policy_says,
-        )],
+        vec![
+            E2eTest::new(
+                "an_appwrapper_applied_to_the_hub_runs_in_the_member_its_policy_names",
+                appwrapper_runs_where_its_policy_says,
+            ),
+            // Here rather than in the fleet's own suite, which restarts the hub's apiserver.
+            E2eTest::new(
+                "the_hub_keeps_a_job_without_running_it",
+                hub_runs_no_workloads,
+            ),
+        ],
     )
 }
 
@@ -398,4 +406,49 @@ fn tempfile_dir(name: &str) -> Result<std::path::PathBuf, TestError> {
     let dir = std::env::temp_dir().join(format!("lifeboat-e2e-{name}"));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// The hub keeps workload templates for the members: the same Job that a member's job
+/// controller starts at once is left alone on the hub (no pods, no start time).
+async fn hub_runs_no_workloads(ctx: Arc<TestContext>) -> TestResult {
+    let member = ctx.first_member();
+    let mut started = Vec::new();
+    for cluster in ["hub", member.as_str()] {
+        let ns = ctx.namespace(cluster).await?;
+        let jobs: Api<Job> = Api::namespaced(ctx.client(cluster).await?, &ns);
+        jobs.create(
+            &PostParams::default(),
+            &serde_json::from_value(support::job("template", "sleep infinity", 1, 0))?,
+        )
+        .await?;
+        started.push((cluster.to_string(), jobs));
+    }
+    let (_, member_jobs) = &started[1];
+    wait::until("the member's job controller starts the Job", T, || async {
+        let job = member_jobs
+            .get("template")
+            .await
+            .map_err(|e| e.to_string())?;
+        match job.status.and_then(|s| s.start_time) {
+            Some(_) => Ok(()),
+            None => Err("not started yet".to_string()),
+        }
+    })
+    .await?;
+    let (_, hub_jobs) = &started[0];
+    let hub_job = hub_jobs.get("template").await?;
+    let status = hub_job.status.unwrap_or_default();
+    assert!(
+        status.start_time.is_none() && status.active.unwrap_or(0) == 0,
+        "the hub ran its Job: {status:?}"
+    );
+    let pods: Api<Pod> = Api::namespaced(ctx.client("hub").await?, &ctx.namespace("hub").await?);
+    assert!(
+        pods.list(&kube::api::ListParams::default().labels("job-name=template"))
+            .await?
+            .items
+            .is_empty(),
+        "pods on the hub"
+    );
+    Ok(())
 }
