@@ -116,23 +116,13 @@ pub enum HubError {
 
 /// A client of the hub cluster.
 pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, HubError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let failed = |reason: String| HubError::Kubeconfig {
-                path: path.display().to_string(),
-                reason,
-            };
-            let kc =
-                kube::config::Kubeconfig::read_from(path).map_err(|e| failed(e.to_string()))?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| failed(e.to_string()))?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| HubError::Client(e.to_string()))?,
-    };
-    kube::Client::try_from(config).map_err(|e| HubError::Client(e.to_string()))
+    use lifeboat_runtime::client::{ClientError, from_kubeconfig};
+    from_kubeconfig(kubeconfig.map(PathBuf::as_path))
+        .await
+        .map_err(|e| match e {
+            ClientError::Kubeconfig { path, reason } => HubError::Kubeconfig { path, reason },
+            ClientError::Client(e) => HubError::Client(e.to_string()),
+        })
 }
 
 /// A new epoch for this process's work store (agents holding a cursor of another epoch are

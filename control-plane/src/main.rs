@@ -158,15 +158,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let options = Args::parse().options()?;
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = sigterm.recv() => {}
-        }
-        tracing::info!("shutting down");
-    };
+    let shutdown =
+        lifeboat_runtime::shutdown::on_signal().context("installing the SIGTERM handler")?;
     hub::run(options, prometheus::Registry::new(), shutdown).await?;
     Ok(())
 }

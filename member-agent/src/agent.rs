@@ -65,28 +65,13 @@ pub enum AgentError {
 
 /// A client for the member cluster.
 pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, AgentError> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let kc =
-                kube::config::Kubeconfig::read_from(path).map_err(|e| AgentError::Kubeconfig {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                })?;
-            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-                .await
-                .map_err(|e| AgentError::Kubeconfig {
-                    path: path.display().to_string(),
-                    reason: e.to_string(),
-                })?
-        }
-        None => kube::Config::infer()
-            .await
-            .map_err(|e| AgentError::Kubeconfig {
-                path: "(inferred)".into(),
-                reason: e.to_string(),
-            })?,
-    };
-    kube::Client::try_from(config).map_err(AgentError::Client)
+    use lifeboat_runtime::client::{ClientError, from_kubeconfig};
+    from_kubeconfig(kubeconfig.map(PathBuf::as_path))
+        .await
+        .map_err(|e| match e {
+            ClientError::Kubeconfig { path, reason } => AgentError::Kubeconfig { path, reason },
+            ClientError::Client(e) => AgentError::Client(e),
+        })
 }
 
 /// Runs the agent until `shutdown` resolves. `registry` collects its metrics (and the caller's).

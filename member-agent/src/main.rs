@@ -149,15 +149,8 @@ async fn main() -> anyhow::Result<()> {
         leader_election: args.leader_election.lease()?,
         hub: args.hub.options()?,
     };
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .context("installing the SIGTERM handler")?;
-    let shutdown = async move {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = sigterm.recv() => {}
-        }
-        tracing::info!("shutting down");
-    };
+    let shutdown =
+        lifeboat_runtime::shutdown::on_signal().context("installing the SIGTERM handler")?;
     agent::run(options, prometheus::Registry::new(), shutdown).await?;
     Ok(())
 }
