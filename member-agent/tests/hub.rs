@@ -29,9 +29,8 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use lifeboat_agent::agent::{self, AgentOptions};
-use lifeboat_agent::config::OperatorConfig;
-use lifeboat_agent::hub::{HubOptions, HubTiming, SecretRef};
+use lifeboat_agent::agent;
+use lifeboat_agent::hub::HubOptions;
 use lifeboat_api::protocol::{
     API_PREFIX, Cursor, ErrorResponse, HeartbeatRequest, HeartbeatResponse, LEADER_HEADER,
     RegisterRequest, RegisterResponse, StatusReport, StatusResponse, Work, WorkEvent, WorkKey,
@@ -48,8 +47,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
 const BOOTSTRAP: &str = "bootstrap-s3cret";
-const SECRET_NAMESPACE: &str = "lifeboat-system";
-const SECRET_NAME: &str = "lifeboat-hub-credential";
+const SECRET_NAMESPACE: &str = support::CREDENTIAL_NAMESPACE;
+const SECRET_NAME: &str = support::CREDENTIAL_NAME;
 
 fn main() -> ExitCode {
     harness::run(
@@ -455,27 +454,9 @@ fn work_of(namespace: &str, binding: &str, mut manifest: Value) -> Work {
 }
 
 fn hub_options(urls: Vec<String>, dir: &std::path::Path) -> HubOptions {
-    HubOptions {
-        urls,
-        ca_file: Some(dir.join("hub-ca.pem")),
-        bootstrap_token_file: dir.join("bootstrap-token"),
-        fencing_period: Duration::from_secs(60),
-        provider: Some("kwok".into()),
-        region: Some("us-east-1".into()),
-        zone: None,
-        credential_secret: SecretRef {
-            namespace: SECRET_NAMESPACE.into(),
-            name: SECRET_NAME.into(),
-        },
-        identity: Some("hub-e2e-agent".into()),
-        timing: HubTiming {
-            request_timeout: Duration::from_secs(5),
-            stream_idle_timeout: Duration::from_secs(30),
-            max_backoff: Duration::from_secs(2),
-            discovery_every: Duration::from_secs(2),
-            ..Default::default()
-        },
-    }
+    let mut options = support::hub_mode(urls, dir, "us-east-1", "hub-e2e-agent");
+    options.timing.stream_idle_timeout = Duration::from_secs(30);
+    options
 }
 
 async fn start_agent(
@@ -483,22 +464,7 @@ async fn start_agent(
     member: &str,
     hub: HubOptions,
 ) -> Result<(agent::SpawnedAgent, SocketAddr), TestError> {
-    let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
-    let options = AgentOptions {
-        kubeconfig: Some(ctx.fleet.kubeconfig(member)?),
-        config: OperatorConfig::default(),
-        cluster: member.to_string(),
-        metrics_bind: Some(metrics),
-        concurrency: 4,
-        install_crd: true,
-        webhook: None,
-        leader_election: None,
-        hub: Some(hub),
-    };
-    Ok((
-        agent::spawn(options, prometheus::Registry::new()).await?,
-        metrics,
-    ))
+    support::spawn_agent(&ctx.fleet, member, 4, Some(hub)).await
 }
 
 /// `GET /metrics` of the agent, as text.
@@ -706,12 +672,15 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
     };
     assert!(enabled("apps/v1", "deployments"));
     assert!(enabled("workload.codeflare.dev/v1beta2", "appwrappers"));
-    let text = metrics_text(metrics).await?;
-    assert_eq!(
-        metric(&text, "lifeboat_agent_hub_connected"),
-        Some(1.0),
-        "{text}"
-    );
+    // The hub has the heartbeat before the agent has read the answer that marks it connected.
+    wait::until("lifeboat_agent_hub_connected 1", T, || async {
+        let text = metrics_text(metrics).await?;
+        match metric(&text, "lifeboat_agent_hub_connected") {
+            Some(1.0) => Ok(()),
+            other => Err(format!("lifeboat_agent_hub_connected {other:?}")),
+        }
+    })
+    .await?;
 
     // 3. Works are applied by server-side apply, labelled, in a namespace created for them.
     let deployment = work_of(&work_ns, "web-deployment", support::deployment("web", 1));

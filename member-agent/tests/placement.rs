@@ -20,9 +20,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use lifeboat_agent::agent::{self, AgentOptions};
-use lifeboat_agent::config::OperatorConfig;
-use lifeboat_agent::hub::{HubOptions, HubTiming, SecretRef};
+use lifeboat_agent::agent;
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
@@ -152,39 +150,15 @@ async fn start_agent(
     dir: &std::path::Path,
     region: &str,
 ) -> Result<agent::SpawnedAgent, TestError> {
-    let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
-    let hub = HubOptions {
-        urls: vec![hub_url.to_string()],
-        ca_file: Some(dir.join("hub-ca.pem")),
-        bootstrap_token_file: dir.join("bootstrap-token"),
-        fencing_period: Duration::from_secs(60),
-        provider: Some("kwok".into()),
-        region: Some(region.into()),
-        zone: None,
-        credential_secret: SecretRef {
-            namespace: HUB_SYSTEM_NAMESPACE.into(),
-            name: "lifeboat-hub-credential".into(),
-        },
-        identity: Some(format!("{member}-agent")),
-        timing: HubTiming {
-            request_timeout: Duration::from_secs(5),
-            max_backoff: Duration::from_secs(2),
-            discovery_every: Duration::from_secs(2),
-            ..Default::default()
-        },
-    };
-    let options = AgentOptions {
-        kubeconfig: Some(ctx.fleet.kubeconfig(member)?),
-        config: OperatorConfig::default(),
-        cluster: member.to_string(),
-        metrics_bind: Some(metrics),
-        concurrency: 4,
-        install_crd: true,
-        webhook: None,
-        leader_election: None,
-        hub: Some(hub),
-    };
-    Ok(agent::spawn(options, prometheus::Registry::new()).await?)
+    let hub = support::hub_mode(
+        vec![hub_url.to_string()],
+        dir,
+        region,
+        &format!("{member}-agent"),
+    );
+    Ok(support::spawn_agent(&ctx.fleet, member, 4, Some(hub))
+        .await?
+        .0)
 }
 
 fn ready(cluster: &Cluster) -> bool {

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use lifeboat_agent::agent::{self, AgentOptions};
 use lifeboat_agent::config::OperatorConfig;
+use lifeboat_agent::hub::{HubOptions, HubTiming, SecretRef};
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::{Fleet, wait};
@@ -40,20 +41,66 @@ fn slot(cluster: &str) -> Slot {
 }
 
 async fn start(fleet: &Fleet, cluster: &str) -> Result<AgentHandle, TestError> {
+    let (agent, metrics) = spawn_agent(fleet, cluster, 16, None).await?;
+    Ok(AgentHandle { agent, metrics })
+}
+
+/// An agent of `cluster` in this process (in hub mode when `hub` is given); its metrics address.
+pub async fn spawn_agent(
+    fleet: &Fleet,
+    cluster: &str,
+    concurrency: u16,
+    hub: Option<HubOptions>,
+) -> Result<(agent::SpawnedAgent, SocketAddr), TestError> {
     let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
     let options = AgentOptions {
         kubeconfig: Some(fleet.kubeconfig(cluster)?),
         config: OperatorConfig::default(),
         cluster: cluster.to_string(),
         metrics_bind: Some(metrics),
-        concurrency: 16,
+        concurrency,
         install_crd: true,
         webhook: None,
         leader_election: None,
-        hub: None,
+        hub,
     };
     let agent = agent::spawn(options, prometheus::Registry::new()).await?;
-    Ok(AgentHandle { agent, metrics })
+    Ok((agent, metrics))
+}
+
+/// Where a hub-mode e2e agent keeps its cluster credential in its member.
+pub const CREDENTIAL_NAMESPACE: &str = "lifeboat-system";
+pub const CREDENTIAL_NAME: &str = "lifeboat-hub-credential";
+
+/// Hub-mode options of an e2e agent: the hub's CA in `dir/hub-ca.pem`, the bootstrap token in
+/// `dir/bootstrap-token`, the credential in [`CREDENTIAL_NAMESPACE`]/[`CREDENTIAL_NAME`], timings
+/// short enough for tests.
+pub fn hub_mode(
+    urls: Vec<String>,
+    dir: &std::path::Path,
+    region: &str,
+    identity: &str,
+) -> HubOptions {
+    HubOptions {
+        urls,
+        ca_file: Some(dir.join("hub-ca.pem")),
+        bootstrap_token_file: dir.join("bootstrap-token"),
+        fencing_period: Duration::from_secs(60),
+        provider: Some("kwok".into()),
+        region: Some(region.into()),
+        zone: None,
+        credential_secret: SecretRef {
+            namespace: CREDENTIAL_NAMESPACE.into(),
+            name: CREDENTIAL_NAME.into(),
+        },
+        identity: Some(identity.into()),
+        timing: HubTiming {
+            request_timeout: Duration::from_secs(5),
+            max_backoff: Duration::from_secs(2),
+            discovery_every: Duration::from_secs(2),
+            ..Default::default()
+        },
+    }
 }
 
 /// Makes sure the in-process agent of `cluster` runs; returns its metrics address.
