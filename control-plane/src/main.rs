@@ -12,9 +12,12 @@ use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
 use lifeboat_hub::agentapi::AgentApiConfig;
 use lifeboat_hub::clusters::ClusterHealthConfig;
 use lifeboat_hub::hub::{self, AgentApiTls, HubOptions};
-use lifeboat_runtime::leader::{self, LeaseConfig};
+use lifeboat_runtime::leader::flags::LeaderElectionArgs;
 use lifeboat_scheduler::SchedulerConfig;
 use lifeboat_tls::PemFiles;
+
+/// The hub's Lease (in --namespace unless a flag names another).
+const HUB_LEASE_NAME: &str = "lifeboat-hub";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -73,15 +76,8 @@ struct Args {
     /// Do not install or update the hub's CRDs at start.
     #[arg(long)]
     no_install_crds: bool,
-    /// Act only while holding the Lease (`--leader-elect=false`: one replica, always acts).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    leader_elect: bool,
-    /// Name of the hub's Lease (in --namespace).
-    #[arg(long, default_value = "lifeboat-hub")]
-    leader_elect_lease_name: String,
-    /// This replica's identity in the Lease (default: hostname_pid).
-    #[arg(long, env = "POD_NAME")]
-    leader_elect_identity: Option<String>,
+    #[command(flatten)]
+    leader_election: LeaderElectionArgs,
 }
 
 impl Args {
@@ -109,21 +105,9 @@ impl Args {
             self.cluster_lease_seconds
         );
         let lease_duration = Duration::from_secs(self.cluster_lease_seconds);
-        let leader_election = if self.leader_elect {
-            let lease = LeaseConfig::new(
-                self.leader_elect_lease_name.clone(),
-                self.namespace.clone(),
-                self.leader_elect_identity
-                    .clone()
-                    .unwrap_or_else(leader::default_identity),
-            );
-            lease
-                .validate()
-                .map_err(|e| anyhow::anyhow!("--leader-elect-{}: {}", e.field, e.reason))?;
-            Some(lease)
-        } else {
-            None
-        };
+        let leader_election = self
+            .leader_election
+            .lease(HUB_LEASE_NAME, &self.namespace)?;
         Ok(HubOptions {
             kubeconfig: self.kubeconfig.clone(),
             install_crds: !self.no_install_crds,

@@ -6,7 +6,8 @@
 pub mod agent;
 pub mod config;
 pub mod controller;
-pub mod duration;
+/// Go duration syntax (its home is `lifeboat-runtime`).
+pub use lifeboat_runtime::duration;
 pub mod hub;
 pub mod index;
 pub mod install;

@@ -22,6 +22,8 @@
 //! # Ok(()) }
 //! ```
 
+#[cfg(feature = "clap")]
+pub mod flags;
 mod record;
 
 use std::future::Future;

@@ -3,15 +3,19 @@
 //!
 //! - [`client`]: the Kubernetes client from a kubeconfig, else inferred.
 //! - [`crd`]: install or update a CustomResourceDefinition at start and wait until it is served.
+//! - [`duration`]: Go `time.ParseDuration` syntax, which Kubernetes flags and AppWrapper
+//!   annotations use.
 //! - [`http`]: `/healthz`, `/readyz` and `/metrics`.
 //! - [`leader`]: leader election on a `coordination.k8s.io/v1` Lease (one replica acts, the
 //!   others keep their caches warm and take over when the lease lapses or is released).
 //! - [`shutdown`]: a future that resolves on Ctrl-C or SIGTERM.
 //! - [`readiness`]: whether every watch has synced its initial list (`/readyz`).
+//! - `leader::flags` (feature `clap`): the leader-election flags of every binary.
 //! - `mock` (feature `mock`): a mock `kube::Client` for unit tests of exact API calls.
 
 pub mod client;
 pub mod crd;
+pub mod duration;
 pub mod http;
 pub mod leader;
 #[cfg(any(test, feature = "mock"))]
