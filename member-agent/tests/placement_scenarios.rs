@@ -154,6 +154,27 @@ async fn start(ctx: &TestContext) -> Result<Setup, TestError> {
     }
 
     let clusters: Api<Cluster> = Api::all(hub.clone());
+    // member-2's taint, applied by its own field manager (the hub owns only its own taints), as
+    // soon as its Cluster exists: long before the first scenario places anything.
+    wait::until("Cluster member-2 registered", T, || async {
+        match clusters.get_opt(M2).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => Err("not registered yet".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    clusters
+        .patch(
+            M2,
+            &PatchParams::apply("e2e-placement-scenarios").force(),
+            &Patch::Apply(&json!({
+                "apiVersion": "cluster.lifeboat.dev/v1alpha1", "kind": "Cluster",
+                "metadata": {"name": M2},
+                "spec": {"taints": [{"key": TAINT_KEY, "value": TAINT_VALUE, "effect": "NoSchedule"}]}
+            })),
+        )
+        .await?;
     for member in [M1, M2, M3] {
         wait::until(
             &format!("Cluster {member} Ready with its APIs and nodes"),
@@ -197,22 +218,14 @@ async fn start(ctx: &TestContext) -> Result<Setup, TestError> {
         )
         .await?;
     }
-    // member-2's taint, applied by its own field manager (the hub owns only its own taints).
-    clusters
-        .patch(
-            M2,
-            &PatchParams::apply("e2e-placement-scenarios").force(),
-            &Patch::Apply(&json!({
-                "apiVersion": "cluster.lifeboat.dev/v1alpha1", "kind": "Cluster",
-                "metadata": {"name": M2},
-                "spec": {"taints": [{"key": TAINT_KEY, "value": TAINT_VALUE, "effect": "NoSchedule"}]}
-            })),
-        )
-        .await?;
     for (member, region) in [(M1, EAST), (M2, WEST), (M3, EAST)] {
         let c = clusters.get(member).await?;
         if c.spec.region.as_deref() != Some(region) {
             return Err(format!("{member} has region {:?}, not {region}", c.spec.region).into());
+        }
+        let tainted = c.spec.taints.iter().any(|t| t.key == TAINT_KEY);
+        if tainted != (member == M2) {
+            return Err(format!("{member} has taints {:?}", c.spec.taints).into());
         }
     }
     Ok(Setup {
@@ -738,7 +751,8 @@ async fn spread_by_region(ctx: Arc<TestContext>) -> TestResult {
 
 /// A Divided Deployment of 6 replicas weighted 1:2:3 over the three members runs 1, 2 and 3
 /// replicas there; scaled to 12 on the hub, 2, 4 and 6; a policy that weights only member-2 and
-/// member-3 takes it off member-1 (6 and 6); deleting the template removes it everywhere.
+/// member-3 takes it off member-1 (6 and 6); scaled to 4, 2 and 2; deleting the template removes
+/// it everywhere.
 async fn divided_deployment(ctx: Arc<TestContext>) -> TestResult {
     let turn = Turn::take(&ctx).await?;
     let (hub, ns) = (&turn.hub, turn.ns.clone());
@@ -790,6 +804,16 @@ async fn divided_deployment(ctx: Arc<TestContext>) -> TestResult {
     until_member_replicas(&ctx, &ns, name, &[(M2, 6), (M3, 6)]).await?;
     let sum: i32 = member_replicas(&ctx, &ns, name).await?.values().sum();
     assert_eq!(sum, 12, "the members' replicas add up to the template's");
+
+    // The template shrinks: so do the shares.
+    deployments
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 4}})),
+        )
+        .await?;
+    until_member_replicas(&ctx, &ns, name, &[(M2, 2), (M3, 2)]).await?;
 
     // The template is deleted: so are its copies.
     deployments.delete(name, &DeleteParams::default()).await?;
