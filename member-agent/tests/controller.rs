@@ -1114,11 +1114,7 @@ async fn samples_run(ctx: Arc<TestContext>) -> TestResult {
     ] {
         install_kind_crd(&ctx, group, version, kind).await?;
     }
-    let dir = std::path::PathBuf::from(
-        std::env::var("LIFEBOAT_SHARED_DIR")
-            .unwrap_or_else(|_| format!("{}/../../shared", env!("CARGO_MANIFEST_DIR"))),
-    )
-    .join("testdata/appwrapper-samples");
+    let dir = support::appwrapper_samples_dir();
     let mut names = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .map_err(|e| format!("{}: {e} (set LIFEBOAT_SHARED_DIR)", dir.display()))?

@@ -18,6 +18,8 @@ use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::{Fleet, wait};
 use serde_json::{Value, json};
 
+pub mod hub;
+
 pub const T: Duration = Duration::from_secs(90);
 
 /// An agent running in this process for one member cluster.
@@ -125,6 +127,16 @@ pub async fn restart_agent(ctx: &TestContext, cluster: &str) -> Result<(), TestE
     }
     *guard = Some(start(&ctx.fleet, cluster).await?);
     Ok(())
+}
+
+/// The shared AppWrapper samples: `$LIFEBOAT_SHARED_DIR/testdata/appwrapper-samples`, else the
+/// `shared` folder beside the repository (`make` sets the variable).
+pub fn appwrapper_samples_dir() -> std::path::PathBuf {
+    std::path::PathBuf::from(
+        std::env::var("LIFEBOAT_SHARED_DIR")
+            .unwrap_or_else(|_| format!("{}/../../shared", env!("CARGO_MANIFEST_DIR"))),
+    )
+    .join("testdata/appwrapper-samples")
 }
 
 /// A Job component.
