@@ -93,6 +93,7 @@ async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
         binder_workers: 2,
         status_writers: 2,
         scheduler: Default::default(),
+        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
     };
     tokio::spawn(async move {
         let result =
