@@ -178,7 +178,7 @@ struct FailoverStep {
     /// The spec before this pass's evictions (settled tasks applied): kept when no other
     /// cluster fits.
     without_evictions: Option<ResourceBindingSpec>,
-    evicted: Vec<String>,
+    evicted: Vec<failover::Eviction>,
     blocked: Vec<failover::Blocked>,
     /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
     look_again: Option<Duration>,
@@ -910,13 +910,24 @@ pub fn plan(
         }
         match placed {
             Ok(targets) => {
+                for eviction in &step.evicted {
+                    tracing::info!(
+                        cluster = %eviction.cluster,
+                        reason = eviction.reason,
+                        class = ?eviction.class,
+                        purge_mode = ?eviction.purge_mode,
+                        to = ?targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+                        message = %eviction.message,
+                        "evicted"
+                    );
+                }
                 candidate.spec.clusters = targets;
                 scheduling = Some(Ok(()));
             }
             Err(unschedulable) => match step.without_evictions {
                 Some(kept) => {
                     // Scheduled keeps describing the placement the binding keeps.
-                    for cluster in &step.evicted {
+                    for cluster in step.evicted.iter().map(|e| &e.cluster) {
                         blocked.push(failover::Blocked {
                             cluster: cluster.clone(),
                             reason: failover_phase::REASON_NO_OTHER_CLUSTER,
@@ -997,14 +1008,6 @@ fn failover_step(
                 continue;
             }
         }
-        tracing::info!(
-            cluster = %eviction.cluster,
-            reason = eviction.reason,
-            class = ?eviction.class,
-            purge_mode = ?eviction.purge_mode,
-            message = %eviction.message,
-            "evicting"
-        );
         evictions.push(eviction);
     }
     for change in &pass.task_changes {
@@ -1012,10 +1015,10 @@ fn failover_step(
     }
     failover::apply_task_changes(desired, &pass.task_changes, now);
     let without_evictions = (!evictions.is_empty()).then(|| desired.clone());
-    let evicted = failover::apply_evictions(desired, &evictions, now);
+    failover::apply_evictions(desired, &evictions, now);
     FailoverStep {
         without_evictions,
-        evicted,
+        evicted: evictions,
         blocked: pass.decision.blocked,
         look_again,
     }
