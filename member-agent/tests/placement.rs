@@ -10,31 +10,17 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
-use lifeboat_agent::agent;
 use lifeboat_api::binding::ResourceBinding;
-use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
-use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
+use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::wait;
-use lifeboat_hub::agentapi::AgentApiConfig;
-use lifeboat_hub::agentapi::auth::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
-use lifeboat_hub::clusters::ClusterHealthConfig;
-use lifeboat_hub::hub::{AgentApiTls, HubOptions as HubProcessOptions};
 use serde_json::json;
-use support::T;
-
-const CA_SECRET: &str = "lifeboat-hub-ca";
-const BOOTSTRAP_SECRET: &str = "e2e-bootstrap";
-const BOOTSTRAP_TOKEN: &str = "e2e-bootstrap-token-0123456789abcdef0123456789";
+use support::{T, appwrapper_resource, bootstrap, start_agent, start_hub, tempfile_dir};
 
 fn main() -> ExitCode {
     harness::run(
@@ -58,118 +44,6 @@ fn main() -> ExitCode {
     )
 }
 
-fn appwrapper_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "workload.codeflare.dev",
-        "v1beta2",
-        "AppWrapper",
-    ))
-}
-
-/// Starts the hub in this process; returns the agent API's URL.
-async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
-    let api_port = lifeboat_e2e::ports::free_port()?;
-    let metrics_port = lifeboat_e2e::ports::free_port()?;
-    let lease = Duration::from_secs(10);
-    let options = HubProcessOptions {
-        kubeconfig: Some(ctx.fleet.kubeconfig("hub")?),
-        install_crds: true,
-        metrics_bind: Some(SocketAddr::from(([127, 0, 0, 1], metrics_port))),
-        agent_api_bind: SocketAddr::from(([127, 0, 0, 1], api_port)),
-        agent_api_tls: AgentApiTls::CaSecret {
-            secret: CA_SECRET.into(),
-            names: vec!["127.0.0.1".into()],
-        },
-        agent_api: AgentApiConfig {
-            lease_duration: lease,
-            heartbeat_interval: Duration::from_secs(2),
-            ..AgentApiConfig::default()
-        },
-        cluster_health: ClusterHealthConfig {
-            lease_duration: lease,
-            ..ClusterHealthConfig::default()
-        },
-        leader_election: None,
-        binder_workers: 2,
-        status_writers: 2,
-        scheduler: Default::default(),
-        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
-    };
-    tokio::spawn(async move {
-        let result =
-            lifeboat_hub::hub::run(options, prometheus::Registry::new(), std::future::pending())
-                .await;
-        if let Err(error) = result {
-            eprintln!("hub stopped: {error}");
-        }
-    });
-    Ok(format!("https://127.0.0.1:{api_port}"))
-}
-
-/// The bootstrap token Secret on the hub, and the CA the hub serves from, once it made it.
-async fn bootstrap(hub: &kube::Client, dir: &std::path::Path) -> Result<(), TestError> {
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
-    let ca = wait::until("the hub's CA Secret", T, || async {
-        match secrets.get_opt(CA_SECRET).await {
-            Ok(Some(s)) => s
-                .data
-                .and_then(|d| d.get("tls.crt").cloned())
-                .ok_or_else(|| "no tls.crt".to_string()),
-            Ok(None) => Err("not created yet".into()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await?;
-    std::fs::write(dir.join("hub-ca.pem"), &ca.0)?;
-    std::fs::write(dir.join("bootstrap-token"), BOOTSTRAP_TOKEN)?;
-    let token = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(BOOTSTRAP_SECRET.into()),
-            ..Default::default()
-        },
-        type_: Some(BOOTSTRAP_TOKEN_TYPE.into()),
-        data: Some(
-            [(
-                BOOTSTRAP_TOKEN_KEY.to_string(),
-                ByteString(BOOTSTRAP_TOKEN.as_bytes().to_vec()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    match secrets.create(&PostParams::default(), &token).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-async fn start_agent(
-    ctx: &TestContext,
-    member: &str,
-    hub_url: &str,
-    dir: &std::path::Path,
-    region: &str,
-) -> Result<agent::SpawnedAgent, TestError> {
-    let hub = support::hub_mode(
-        vec![hub_url.to_string()],
-        dir,
-        region,
-        &format!("{member}-agent"),
-    );
-    Ok(support::spawn_agent(&ctx.fleet, member, 4, Some(hub))
-        .await?
-        .0)
-}
-
-fn ready(cluster: &Cluster) -> bool {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
 async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestResult {
     let dir = tempfile_dir(&ctx.namespace)?;
     let hub = ctx.client("hub").await?;
@@ -186,30 +60,12 @@ async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestRes
     let _agent_2 = start_agent(&ctx, &second, &hub_url, &dir, "eu-west-1").await?;
 
     // Both agents register and heartbeat: their Clusters are Ready, with GPU capacity.
-    let clusters: Api<Cluster> = Api::all(hub.clone());
-    for name in [&first, &second] {
-        wait::until(&format!("Cluster {name} Ready"), T, || async {
-            match clusters.get_opt(name).await {
-                Ok(Some(c)) if ready(&c) => Ok(()),
-                Ok(Some(_)) => Err("not Ready yet".to_string()),
-                Ok(None) => Err("not registered yet".to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await?;
-    }
+    support::until_clusters_ready(&hub, [&first, &second]).await?;
 
     // A policy naming the second member, and an AppWrapper it selects, applied to the hub.
     let ns = ctx.namespace("hub").await?;
-    let policies: Api<DynamicObject> = Api::namespaced_with(
-        hub.clone(),
-        &ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "policy.lifeboat.dev",
-            "v1alpha1",
-            "PropagationPolicy",
-        )),
-    );
+    let policies: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), &ns, &support::policy_resource());
     let policy: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
         "metadata": {"name": "train-on-second", "namespace": ns},
@@ -374,13 +230,6 @@ async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestRes
     })
     .await?;
     Ok(())
-}
-
-/// A directory for the agents' files (CA, token), under the fleet's target directory.
-fn tempfile_dir(name: &str) -> Result<std::path::PathBuf, TestError> {
-    let dir = std::env::temp_dir().join(format!("lifeboat-e2e-{name}"));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
 }
 
 /// The hub keeps workload templates for the members: the same Job that a member's job

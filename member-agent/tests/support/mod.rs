@@ -8,14 +8,21 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent::{self, AgentOptions};
 use lifeboat_agent::config::OperatorConfig;
 use lifeboat_agent::hub::{HubOptions, HubTiming, SecretRef};
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase};
+use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::{Fleet, wait};
+use lifeboat_hub::agentapi::AgentApiConfig;
+use lifeboat_hub::agentapi::auth::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
+use lifeboat_hub::clusters::ClusterHealthConfig;
+use lifeboat_hub::hub::{AgentApiTls, HubOptions as HubProcessOptions};
 use serde_json::{Value, json};
 
 pub const T: Duration = Duration::from_secs(90);
@@ -310,6 +317,157 @@ pub async fn label_nodes(
             &PatchParams::default(),
             &Patch::Merge(&json!({"metadata": {"labels": {key: value}}})),
         )
+        .await?;
+    }
+    Ok(())
+}
+
+// The hub and its agents in this process (the hub-mode suites: placement, failover).
+
+pub const CA_SECRET: &str = "lifeboat-hub-ca";
+pub const BOOTSTRAP_SECRET: &str = "e2e-bootstrap";
+pub const BOOTSTRAP_TOKEN: &str = "e2e-bootstrap-token-0123456789abcdef0123456789";
+
+pub fn appwrapper_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "workload.codeflare.dev",
+        "v1beta2",
+        "AppWrapper",
+    ))
+}
+
+/// Starts the hub in this process; returns the agent API's URL.
+pub async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
+    let api_port = lifeboat_e2e::ports::free_port()?;
+    let metrics_port = lifeboat_e2e::ports::free_port()?;
+    let lease = Duration::from_secs(10);
+    let options = HubProcessOptions {
+        kubeconfig: Some(ctx.fleet.kubeconfig("hub")?),
+        install_crds: true,
+        metrics_bind: Some(SocketAddr::from(([127, 0, 0, 1], metrics_port))),
+        agent_api_bind: SocketAddr::from(([127, 0, 0, 1], api_port)),
+        agent_api_tls: AgentApiTls::CaSecret {
+            secret: CA_SECRET.into(),
+            names: vec!["127.0.0.1".into()],
+        },
+        agent_api: AgentApiConfig {
+            lease_duration: lease,
+            heartbeat_interval: Duration::from_secs(2),
+            ..AgentApiConfig::default()
+        },
+        cluster_health: ClusterHealthConfig {
+            lease_duration: lease,
+            ..ClusterHealthConfig::default()
+        },
+        leader_election: None,
+        binder_workers: 2,
+        status_writers: 2,
+        scheduler: Default::default(),
+        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
+    };
+    tokio::spawn(async move {
+        let result =
+            lifeboat_hub::hub::run(options, prometheus::Registry::new(), std::future::pending())
+                .await;
+        if let Err(error) = result {
+            eprintln!("hub stopped: {error}");
+        }
+    });
+    Ok(format!("https://127.0.0.1:{api_port}"))
+}
+
+/// The bootstrap token Secret on the hub, and the CA the hub serves from, once it made it.
+pub async fn bootstrap(hub: &kube::Client, dir: &std::path::Path) -> Result<(), TestError> {
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
+    let ca = wait::until("the hub's CA Secret", T, || async {
+        match secrets.get_opt(CA_SECRET).await {
+            Ok(Some(s)) => s
+                .data
+                .and_then(|d| d.get("tls.crt").cloned())
+                .ok_or_else(|| "no tls.crt".to_string()),
+            Ok(None) => Err("not created yet".into()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    std::fs::write(dir.join("hub-ca.pem"), &ca.0)?;
+    std::fs::write(dir.join("bootstrap-token"), BOOTSTRAP_TOKEN)?;
+    let token = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(BOOTSTRAP_SECRET.into()),
+            ..Default::default()
+        },
+        type_: Some(BOOTSTRAP_TOKEN_TYPE.into()),
+        data: Some(
+            [(
+                BOOTSTRAP_TOKEN_KEY.to_string(),
+                ByteString(BOOTSTRAP_TOKEN.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    match secrets.create(&PostParams::default(), &token).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+pub async fn start_agent(
+    ctx: &TestContext,
+    member: &str,
+    hub_url: &str,
+    dir: &std::path::Path,
+    region: &str,
+) -> Result<agent::SpawnedAgent, TestError> {
+    let hub = hub_mode(
+        vec![hub_url.to_string()],
+        dir,
+        region,
+        &format!("{member}-agent"),
+    );
+    Ok(spawn_agent(&ctx.fleet, member, 4, Some(hub)).await?.0)
+}
+
+pub fn ready(cluster: &Cluster) -> bool {
+    cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// A directory for the agents' files (CA, token), under the fleet's target directory.
+pub fn tempfile_dir(name: &str) -> Result<std::path::PathBuf, TestError> {
+    let dir = std::env::temp_dir().join(format!("lifeboat-e2e-{name}"));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+pub fn policy_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "policy.lifeboat.dev",
+        "v1alpha1",
+        "PropagationPolicy",
+    ))
+}
+
+/// Waits until every named Cluster is registered and Ready on the hub.
+pub async fn until_clusters_ready(
+    hub: &kube::Client,
+    names: impl IntoIterator<Item = &String>,
+) -> Result<(), TestError> {
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    for name in names {
+        wait::until(&format!("Cluster {name} Ready"), T, || async {
+            match clusters.get_opt(name).await {
+                Ok(Some(c)) if ready(&c) => Ok(()),
+                Ok(Some(_)) => Err("not Ready yet".to_string()),
+                Ok(None) => Err("not registered yet".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
         .await?;
     }
     Ok(())
