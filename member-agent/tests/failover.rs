@@ -7,7 +7,9 @@
 //!    for good) and runs it in the other member. Afterwards exactly one copy exists: Running in
 //!    the new member, none in the old one, and the old cluster stays out of the placement.
 //! 2. Cluster failover: another AppWrapper whose member's agent is killed moves to the other
-//!    member once the lease has lapsed and the policy's cluster toleration is over.
+//!    member once the lease has lapsed and the policy's cluster toleration is over. If the first
+//!    AppWrapper runs in that member too, it stays there with `FailoverBlocked=True`
+//!    (`NoOtherClusterFits`): its only other cluster is blocked for good.
 //!
 //! One test: the suite shares one hub cluster, and one hub binds it.
 
@@ -359,5 +361,27 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     })
     .await?;
     tracing::info!(?moved_after, "serve moved");
+    // When train shares the lost cluster, it has nowhere to go (its first cluster is blocked for
+    // good): its copy is kept, not purged (karmada#7455), and the binding says why.
+    if &lost == other {
+        wait::until("train kept on the lost cluster, blocked", T, || async {
+            let b = binding_of(&bindings, "train").await?;
+            let blocked = b
+                .condition("FailoverBlocked")
+                .map(|c| (c.status.clone(), c.reason.clone()));
+            if placement(&b) == [other.clone()]
+                && blocked == Some(("True".into(), "NoOtherClusterFits".into()))
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "clusters {:?}, FailoverBlocked {blocked:?}",
+                    placement(&b)
+                ))
+            }
+        })
+        .await?;
+        tracing::info!("train kept on the lost cluster: no other cluster fits");
+    }
     Ok(())
 }
