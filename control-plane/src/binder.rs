@@ -19,7 +19,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use lifeboat_api::binding::{
     self as api_binding, CONDITION_POLICY_BOUND, CONDITION_SCHEDULED, ClusterRejection,
     LABEL_POLICY_NAME, PolicyReference, REASON_NO_CLUSTER_FIT, REASON_SUCCESS, ResourceBinding,
-    ResourceBindingSpec,
+    ResourceBindingSpec, TargetCluster,
 };
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::policy::{AnyPolicy, ClusterPropagationPolicy, PropagationPolicy};
@@ -29,6 +29,8 @@ use tracing::Instrument;
 
 use crate::detector::{self, Replicas, TemplateKind, TemplateMeta};
 use crate::dispatch;
+use crate::failover;
+use crate::failover_phase::{self, EvictionRateLimiter};
 use crate::interpreters::InterpreterHandle;
 use crate::placement::{Placer, Unschedulable};
 use crate::queue::WorkQueue;
@@ -158,6 +160,28 @@ pub struct Binder {
     policy_index: RwLock<Arc<Vec<AnyPolicy>>>,
     /// The clusters each binding's work is dispatched to.
     dispatched: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
+    /// Cluster evictions (a lost or deleted cluster) go through this bucket.
+    cluster_evictions: Mutex<EvictionRateLimiter>,
+}
+
+/// Karmada's default cluster eviction rate is 0.5 bindings/s; a lost GPU cluster's jobs should
+/// move within a minute, so the hub's default is 100 times that.
+pub const DEFAULT_CLUSTER_EVICTION_RATE: f64 = 50.0;
+/// Nothing fits: the clusters may change.
+const UNSCHEDULABLE_RETRY: Duration = Duration::from_secs(30);
+/// An eviction waits for another cluster to fit: try again sooner (a failover is due).
+const NO_OTHER_CLUSTER_RETRY: Duration = Duration::from_secs(10);
+
+/// What the failover phase leaves for the rest of the reconcile.
+#[derive(Debug, Default)]
+struct FailoverStep {
+    /// The spec before this pass's evictions (settled tasks applied): kept when no other
+    /// cluster fits.
+    without_evictions: Option<ResourceBindingSpec>,
+    evicted: Vec<failover::Eviction>,
+    blocked: Vec<failover::Blocked>,
+    /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
+    look_again: Option<Duration>,
 }
 
 /// What a reconcile leads to.
@@ -187,7 +211,17 @@ impl Binder {
             metrics,
             policy_index: RwLock::new(Arc::new(Vec::new())),
             dispatched: Mutex::new(HashMap::new()),
+            cluster_evictions: Mutex::new(EvictionRateLimiter::new(DEFAULT_CLUSTER_EVICTION_RATE)),
         }
+    }
+
+    /// Cluster evictions per second (on average; as many at once).
+    pub fn with_cluster_eviction_rate(self, per_second: f64) -> Binder {
+        *self
+            .cluster_evictions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = EvictionRateLimiter::new(per_second);
+        self
     }
 
     /// Rebuilds the policy index from the caches (after a policy event).
@@ -223,19 +257,34 @@ impl Binder {
         }
     }
 
-    /// Queues the templates whose binding is not scheduled, or is placed on `cluster` (the
-    /// clusters changed).
+    /// Queues the templates whose binding is not scheduled, is placed on `cluster`, or is
+    /// being evicted from it (the clusters changed).
     pub fn queue_for_cluster_change(&self, cluster: &str) {
         for binding in self.caches.bindings.state() {
             let scheduled = binding
                 .condition(CONDITION_SCHEDULED)
                 .is_some_and(|c| c.status == "True");
-            let placed_there = binding.spec.clusters.iter().any(|c| c.name == cluster);
+            let placed_there = binding.spec.clusters.iter().any(|c| c.name == cluster)
+                || binding
+                    .spec
+                    .graceful_eviction_tasks
+                    .iter()
+                    .any(|t| t.from_cluster == cluster);
             if (!scheduled || placed_there)
                 && let Some(key) = template_key_of(&binding)
             {
                 self.queue.add(key);
             }
+        }
+    }
+
+    /// A binding changed (its status, mostly): its template is bound again when the failover
+    /// phase may have something to decide.
+    pub fn binding_changed(&self, binding: &ResourceBinding) {
+        if failover_phase::wants_a_look(binding)
+            && let Some(key) = template_key_of(binding)
+        {
+            self.queue.add(key);
         }
     }
 
@@ -333,6 +382,7 @@ impl Binder {
         let replicas = self.replicas(&template_json)?;
         let uid = template.metadata.uid.clone().unwrap_or_default();
         let mut desired = detector::binding_spec(kind, &meta, &uid, "", policy, replicas);
+        // (Fields the failover phase owns are carried over from the current binding.)
         if let Some(current) = &existing {
             desired.clusters = current.spec.clusters.clone();
             desired.graceful_eviction_tasks = current.spec.graceful_eviction_tasks.clone();
@@ -342,26 +392,26 @@ impl Binder {
         }
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let clusters = self.caches.clusters.state();
-        let schedule = needs_scheduling(existing.as_deref(), &desired, &clusters);
-        let mut scheduling: Option<Result<(), Unschedulable>> = None;
-        if schedule {
-            let mut candidate = ResourceBinding::new(&binding_name, desired.clone());
-            candidate.metadata.namespace = Some(key.namespace.clone());
-            let started = Instant::now();
-            let placed = self.placer.place(&candidate, &clusters, &now);
-            self.metrics
-                .scheduling_seconds
-                .observe(started.elapsed().as_secs_f64());
-            scheduling = Some(match placed {
-                Ok(targets) => {
-                    desired.clusters = targets;
-                    Ok(())
-                }
-                // Keep the current placement when nothing fits: a copy is never removed for
-                // lack of a better place (karmada#7455).
-                Err(unschedulable) => Err(unschedulable),
-            });
-        }
+        let mut candidate = ResourceBinding::new(&binding_name, desired);
+        candidate.metadata.namespace = Some(key.namespace.clone());
+        let planned = plan(
+            existing.as_deref(),
+            candidate,
+            &PlanInputs {
+                clusters: &clusters,
+                placer: self.placer.as_ref(),
+                cluster_evictions: &self.cluster_evictions,
+                now: &now,
+                instant: Instant::now(),
+                scheduling_seconds: Some(&self.metrics.scheduling_seconds),
+            },
+        );
+        let Planned {
+            spec: desired,
+            scheduling,
+            blocked,
+            retry,
+        } = planned;
         let binding = self
             .apply_spec(
                 kind,
@@ -372,12 +422,12 @@ impl Binder {
                 policy,
             )
             .await?;
-        self.apply_status(&binding, scheduling.as_ref(), Some(policy), &now)
+        self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
         self.dispatch(&binding, &template_json)?;
-        Ok(match scheduling {
-            Some(Err(_)) => Outcome::RetryAfter(Duration::from_secs(30)),
-            _ => Outcome::Done,
+        Ok(match retry {
+            Some(after) => Outcome::RetryAfter(after),
+            None => Outcome::Done,
         })
     }
 
@@ -464,12 +514,14 @@ impl Binder {
         Ok(Arc::new(applied))
     }
 
-    /// Writes the `Scheduled` (when scheduling ran) and `PolicyBound` conditions, if changed.
+    /// Writes the `Scheduled` (when scheduling ran), `PolicyBound` and `FailoverBlocked`
+    /// conditions, if changed.
     async fn apply_status(
         &self,
         binding: &ResourceBinding,
         scheduling: Option<&Result<(), Unschedulable>>,
         policy: Option<&AnyPolicy>,
+        blocked: &[failover::Blocked],
         now: &Time,
     ) -> Result<(), BindError> {
         let previous = binding
@@ -525,6 +577,9 @@ impl Binder {
             ),
             None => return Ok(()),
         });
+        if let Some(c) = failover_phase::blocked_condition(blocked, &previous, generation, now) {
+            conditions.push(c);
+        }
         let status = binding.status.clone().unwrap_or_default();
         let unchanged = conditions.iter().all(|c| {
             previous.iter().any(|p| {
@@ -660,21 +715,34 @@ impl Binder {
             .map_err(|e| BindError::Interpret(format!("building the manifest: {e}")))?;
         let interpreters = self.interpreters.current();
         let mut wanted = BTreeSet::new();
-        for target in &binding.spec.clusters {
-            let work = dispatch::work_for(binding, &base, target, |obj, n| {
+        let kept = binding
+            .spec
+            .graceful_eviction_tasks
+            .iter()
+            .filter(|t| t.purge_mode != Some(lifeboat_api::policy::PurgeMode::Directly))
+            .map(|t| TargetCluster {
+                name: t.from_cluster.clone(),
+                replicas: t.replicas.unwrap_or_default(),
+            });
+        // A Directly eviction's new copy waits until the old one is gone (never two copies).
+        let placed = binding
+            .spec
+            .clusters
+            .iter()
+            .filter(|t| failover::may_create_in(&binding.spec, &t.name))
+            .cloned();
+        // An eviction that keeps the old copy (Gracefully, Never) keeps its work too.
+        for target in placed.chain(kept) {
+            if !wanted.insert(target.name.clone()) {
+                continue;
+            }
+            let work = dispatch::work_for(binding, &base, &target, |obj, n| {
                 interpreters
                     .revise_replica(obj, n)
                     .map_err(|e| e.to_string())
             })
             .map_err(|e| BindError::Interpret(e.to_string()))?;
             self.work.upsert(&target.name, work);
-            wanted.insert(target.name.clone());
-        }
-        // An eviction that keeps the old copy (Gracefully, Never) keeps its work too.
-        for task in &binding.spec.graceful_eviction_tasks {
-            if task.purge_mode != Some(lifeboat_api::policy::PurgeMode::Directly) {
-                wanted.insert(task.from_cluster.clone());
-            }
         }
         let mut dispatched = self.dispatched.lock().unwrap_or_else(|e| e.into_inner());
         let previous = dispatched
@@ -794,6 +862,168 @@ pub fn needs_scheduling(
         .is_none_or(|c| c.status != "True")
 }
 
+/// What [`plan`] reads besides the binding.
+pub struct PlanInputs<'a> {
+    pub clusters: &'a [Arc<Cluster>],
+    pub placer: &'a dyn Placer,
+    pub cluster_evictions: &'a Mutex<EvictionRateLimiter>,
+    /// The clock of the decision (timers, eviction times).
+    pub now: &'a Time,
+    /// The clock of the rate limit.
+    pub instant: Instant,
+    pub scheduling_seconds: Option<&'a prometheus::Histogram>,
+}
+
+/// The binding's spec as it should be, and what to say and when to look again.
+#[derive(Debug)]
+pub struct Planned {
+    pub spec: ResourceBindingSpec,
+    /// `None`: scheduling did not run (the `Scheduled` condition stays as it is).
+    pub scheduling: Option<Result<(), Unschedulable>>,
+    pub blocked: Vec<failover::Blocked>,
+    pub retry: Option<Duration>,
+}
+
+/// Decides one binding's spec: the failover phase over the current binding (evictions and
+/// settled eviction tasks, written into the candidate's spec), then scheduling when it is due.
+/// An eviction for which no other cluster fits is not made: the copy stays and `blocked` says
+/// why (karmada#7455 purges the only copy). Pure apart from the rate limiter's state.
+pub fn plan(
+    existing: Option<&ResourceBinding>,
+    mut candidate: ResourceBinding,
+    inputs: &PlanInputs<'_>,
+) -> Planned {
+    let step = match existing {
+        Some(current) => failover_step(current, &mut candidate.spec, inputs),
+        None => FailoverStep::default(),
+    };
+    let mut blocked = step.blocked;
+    let mut retry = step.look_again;
+    let mut scheduling: Option<Result<(), Unschedulable>> = None;
+    let schedule =
+        !step.evicted.is_empty() || needs_scheduling(existing, &candidate.spec, inputs.clusters);
+    if schedule {
+        let started = Instant::now();
+        let placed = inputs.placer.place(&candidate, inputs.clusters, inputs.now);
+        if let Some(h) = inputs.scheduling_seconds {
+            h.observe(started.elapsed().as_secs_f64());
+        }
+        match placed {
+            Ok(targets) => {
+                for eviction in &step.evicted {
+                    tracing::info!(
+                        cluster = %eviction.cluster,
+                        reason = eviction.reason,
+                        class = ?eviction.class,
+                        purge_mode = ?eviction.purge_mode,
+                        to = ?targets.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+                        message = %eviction.message,
+                        "evicted"
+                    );
+                }
+                candidate.spec.clusters = targets;
+                scheduling = Some(Ok(()));
+            }
+            Err(unschedulable) => match step.without_evictions {
+                Some(kept) => {
+                    // Scheduled keeps describing the placement the binding keeps.
+                    for cluster in step.evicted.iter().map(|e| &e.cluster) {
+                        blocked.push(failover::Blocked {
+                            cluster: cluster.clone(),
+                            reason: failover_phase::REASON_NO_OTHER_CLUSTER,
+                            message: format!(
+                                "the workload should leave {cluster}, but no other cluster fits ({}); its copy there is kept",
+                                unschedulable.summary
+                            ),
+                        });
+                    }
+                    candidate.spec = kept;
+                    retry = Some(
+                        retry.map_or(NO_OTHER_CLUSTER_RETRY, |r| r.min(NO_OTHER_CLUSTER_RETRY)),
+                    );
+                }
+                // Keep the current placement when nothing fits: a copy is never removed for
+                // lack of a better place (karmada#7455).
+                None => {
+                    scheduling = Some(Err(unschedulable));
+                    retry = Some(retry.map_or(UNSCHEDULABLE_RETRY, |r| r.min(UNSCHEDULABLE_RETRY)));
+                }
+            },
+        }
+    }
+    Planned {
+        spec: candidate.spec,
+        scheduling,
+        blocked,
+        retry,
+    }
+}
+
+/// The failover phase: decides evictions and settles eviction tasks over the desired spec
+/// (`failover::decide`, `failover::settle_tasks`) and applies them to it. Cluster evictions
+/// wait for the rate limit.
+fn failover_step(
+    current: &ResourceBinding,
+    desired: &mut ResourceBindingSpec,
+    inputs: &PlanInputs<'_>,
+) -> FailoverStep {
+    if current.spec.clusters.is_empty() && current.spec.graceful_eviction_tasks.is_empty() {
+        return FailoverStep::default();
+    }
+    let now = inputs.now;
+    let states = failover_phase::cluster_states(inputs.clusters);
+    // Whether the workload still fits in its cluster (a node notice moves an AppWrapper only
+    // when it does not).
+    let fits = |name: &str| {
+        let one: Vec<Arc<Cluster>> = inputs
+            .clusters
+            .iter()
+            .filter(|c| c.name_any() == name)
+            .cloned()
+            .collect();
+        inputs.placer.place(current, &one, now).is_ok()
+    };
+    let ctx = failover::Context {
+        now,
+        clusters: &states,
+        resets_itself: current.spec.resource.kind == "AppWrapper",
+        fits: &fits,
+    };
+    let pass = failover_phase::decide(current, desired, &ctx);
+    let mut look_again = pass
+        .decision
+        .next_check
+        .as_ref()
+        .map(|at| failover_phase::until(now, at));
+    let mut evictions = Vec::new();
+    for eviction in pass.decision.evictions {
+        if failover_phase::is_cluster_eviction(&eviction) {
+            let taken = inputs
+                .cluster_evictions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .try_take(inputs.instant);
+            if let Err(wait) = taken {
+                look_again = Some(look_again.map_or(wait, |l| l.min(wait)));
+                continue;
+            }
+        }
+        evictions.push(eviction);
+    }
+    for change in &pass.task_changes {
+        tracing::info!(?change, "eviction task settled");
+    }
+    failover::apply_task_changes(desired, &pass.task_changes, now);
+    let without_evictions = (!evictions.is_empty()).then(|| desired.clone());
+    failover::apply_evictions(desired, &evictions, now);
+    FailoverStep {
+        without_evictions,
+        evicted: evictions,
+        blocked: pass.decision.blocked,
+        look_again,
+    }
+}
+
 /// Equal in every field the binder decides.
 fn same_spec(a: &ResourceBindingSpec, b: &ResourceBindingSpec) -> bool {
     a.resource.api_version == b.resource.api_version
@@ -875,6 +1105,238 @@ mod tests {
         let current = binding(asked.clone(), Some("True"));
         let desired: ResourceBindingSpec = serde_json::from_value(asked).unwrap();
         assert!(needs_scheduling(Some(&current), &desired, &clusters));
+    }
+
+    /// Places on the first cluster (by the order given) that no eviction task or history entry
+    /// names, as the ClusterEviction filter would.
+    struct FirstFree;
+
+    impl Placer for FirstFree {
+        fn place(
+            &self,
+            binding: &ResourceBinding,
+            clusters: &[Arc<Cluster>],
+            _now: &Time,
+        ) -> Result<Vec<TargetCluster>, Unschedulable> {
+            let spec = &binding.spec;
+            clusters
+                .iter()
+                .map(|c| c.name_any())
+                .find(|n| {
+                    !spec
+                        .graceful_eviction_tasks
+                        .iter()
+                        .any(|t| &t.from_cluster == n)
+                        && !spec.eviction_history.iter().any(|r| &r.cluster_name == n)
+                })
+                .map(|name| vec![TargetCluster { name, replicas: 0 }])
+                .ok_or_else(|| Unschedulable {
+                    summary: "0/1 clusters are available".into(),
+                    rejections: Vec::new(),
+                })
+        }
+    }
+
+    fn at(second: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_900_000_000 + second).unwrap())
+    }
+
+    fn member(name: &str, ready_since: Option<(&str, i64)>) -> Arc<Cluster> {
+        let mut c = Cluster::new(name, Default::default());
+        let (status, since) = ready_since.unwrap_or(("True", 0));
+        c.status = Some(
+            serde_json::from_value(json!({"conditions": [{
+                "type": "Ready", "status": status, "reason": "x", "message": "",
+                "lastTransitionTime": at(since).0.to_string()}]}))
+            .unwrap(),
+        );
+        Arc::new(c)
+    }
+
+    /// An AppWrapper-less Job binding placed on `placed`, scheduled, with these status items.
+    fn placed(failover: Value, placed: &[&str], items: Value) -> ResourceBinding {
+        let clusters: Vec<Value> = placed.iter().map(|c| json!({"name": c})).collect();
+        serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "w-job", "namespace": "ns", "generation": 2},
+            "spec": {"resource": {"apiVersion": "batch/v1", "kind": "Job", "name": "w"},
+                     "clusters": clusters, "failover": failover},
+            "status": {"schedulerObservedGeneration": 2, "aggregatedStatus": items,
+                       "lastScheduledTime": at(0).0.to_string(),
+                       "conditions": [{"type": "Scheduled", "status": "True", "reason": "Success",
+                                       "message": "", "lastTransitionTime": at(0).0.to_string()}]}
+        }))
+        .unwrap()
+    }
+
+    fn unhealthy(cluster: &str, since: i64, class: &str) -> Value {
+        json!({"clusterName": cluster, "applied": true, "health": "Unhealthy",
+               "failureClass": class, "healthReason": "FoundFailedPods: pod p failed",
+               "unhealthySince": at(since).0.to_string(),
+               "firstObservedAt": at(0).0.to_string(), "lastHealthyTime": at(0).0.to_string()})
+    }
+
+    fn app_failover(toleration: i32) -> Value {
+        json!({"application": {"decisionConditions": {"tolerationSeconds": toleration},
+                               "purgeMode": "Gracefully"}})
+    }
+
+    fn plan_at(
+        current: &ResourceBinding,
+        clusters: &[Arc<Cluster>],
+        now: i64,
+        limiter: &Mutex<EvictionRateLimiter>,
+        instant: Instant,
+    ) -> Planned {
+        let now = at(now);
+        plan(
+            Some(current),
+            current.clone(),
+            &PlanInputs {
+                clusters,
+                placer: &FirstFree,
+                cluster_evictions: limiter,
+                now: &now,
+                instant,
+                scheduling_seconds: None,
+            },
+        )
+    }
+
+    fn names(spec: &ResourceBindingSpec) -> Vec<&str> {
+        spec.clusters.iter().map(|c| c.name.as_str()).collect()
+    }
+
+    #[test]
+    fn an_unhealthy_placement_moves_in_one_write_once_its_toleration_is_over() {
+        let b = placed(
+            app_failover(60),
+            &["a"],
+            json!([unhealthy("a", 100, "Infrastructure")]),
+        );
+        let clusters = [member("a", None), member("b", None)];
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let early = plan_at(&b, &clusters, 159, &limiter, Instant::now());
+        assert_eq!(names(&early.spec), ["a"]);
+        assert!(early.scheduling.is_none() && early.spec.graceful_eviction_tasks.is_empty());
+        // The binder looks again exactly when the toleration ends.
+        assert_eq!(early.retry, Some(Duration::from_secs(1)));
+
+        let due = plan_at(&b, &clusters, 160, &limiter, Instant::now());
+        assert_eq!(names(&due.spec), ["b"]);
+        assert!(matches!(due.scheduling, Some(Ok(()))));
+        let task = &due.spec.graceful_eviction_tasks[0];
+        assert_eq!(
+            (task.from_cluster.as_str(), task.reason.as_str()),
+            ("a", "ApplicationFailure")
+        );
+        assert_eq!(task.clusters_before_failover, ["a"]);
+        let record = &due.spec.eviction_history[0];
+        assert_eq!(record.cluster_name, "a");
+        assert_eq!(
+            record.failure_class,
+            Some(lifeboat_api::health::FailureClass::Infrastructure)
+        );
+        assert_eq!(record.evicted_at, at(160));
+        assert!(due.blocked.is_empty());
+    }
+
+    #[test]
+    fn no_other_cluster_fits_keeps_the_copy_and_says_so() {
+        let b = placed(
+            app_failover(0),
+            &["a"],
+            json!([unhealthy("a", 100, "Infrastructure")]),
+        );
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let planned = plan_at(&b, &[member("a", None)], 100, &limiter, Instant::now());
+        assert_eq!(names(&planned.spec), ["a"]);
+        assert!(planned.spec.graceful_eviction_tasks.is_empty());
+        assert!(planned.spec.eviction_history.is_empty());
+        // Scheduled still describes the placement the binding keeps.
+        assert!(planned.scheduling.is_none());
+        assert_eq!(planned.blocked.len(), 1);
+        assert_eq!(
+            planned.blocked[0].reason,
+            failover_phase::REASON_NO_OTHER_CLUSTER
+        );
+        assert_eq!(planned.retry, Some(NO_OTHER_CLUSTER_RETRY));
+    }
+
+    #[test]
+    fn an_application_failure_without_opt_in_stays_and_says_why() {
+        let b = placed(
+            app_failover(0),
+            &["a"],
+            json!([unhealthy("a", 100, "Application")]),
+        );
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let clusters = [member("a", None), member("b", None)];
+        let planned = plan_at(&b, &clusters, 500, &limiter, Instant::now());
+        assert_eq!(names(&planned.spec), ["a"]);
+        assert!(planned.spec.eviction_history.is_empty());
+        assert_eq!(planned.blocked[0].reason, "ApplicationFailure");
+        assert_eq!(planned.retry, None);
+    }
+
+    #[test]
+    fn a_lost_clusters_bindings_move_after_its_toleration_at_the_eviction_rate() {
+        // No failover policy at all: cluster failover still applies, with its defaults (60 s).
+        let b = placed(Value::Null, &["a"], json!([]));
+        let clusters = [member("a", Some(("Unknown", 0))), member("b", None)];
+        let limiter = Mutex::new(EvictionRateLimiter::new(1.0));
+        let start = Instant::now();
+        let early = plan_at(&b, &clusters, 30, &limiter, start);
+        assert_eq!(names(&early.spec), ["a"]);
+        assert_eq!(early.retry, Some(Duration::from_secs(30)));
+
+        let first = plan_at(&b, &clusters, 60, &limiter, start);
+        assert_eq!(names(&first.spec), ["b"]);
+        assert_eq!(first.spec.eviction_history[0].reason, "ClusterFailure");
+        // The next binding in the same instant waits for the bucket (1/s).
+        let second = plan_at(&b, &clusters, 60, &limiter, start);
+        assert_eq!(names(&second.spec), ["a"]);
+        assert!(second.spec.graceful_eviction_tasks.is_empty());
+        let wait = second.retry.unwrap();
+        assert!(wait > Duration::from_millis(900) && wait <= Duration::from_secs(1));
+        let later = plan_at(&b, &clusters, 61, &limiter, start + Duration::from_secs(1));
+        assert_eq!(names(&later.spec), ["b"]);
+    }
+
+    #[test]
+    fn a_deleted_cluster_loses_its_placement_with_a_record() {
+        let b = placed(Value::Null, &["a"], json!([]));
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let planned = plan_at(&b, &[member("b", None)], 0, &limiter, Instant::now());
+        assert_eq!(names(&planned.spec), ["b"]);
+        assert_eq!(planned.spec.eviction_history[0].reason, "ClusterDeleted");
+    }
+
+    #[test]
+    fn the_old_copy_goes_once_the_new_placement_is_healthy() {
+        let mut b = placed(
+            app_failover(0),
+            &["b"],
+            json!([{"clusterName": "b", "applied": true, "health": "Unknown"}]),
+        );
+        b.spec.graceful_eviction_tasks.push(
+            serde_json::from_value(json!({
+            "fromCluster": "a", "purgeMode": "Gracefully", "reason": "ApplicationFailure",
+            "producer": "lifeboat-hub", "gracePeriodSeconds": 600,
+            "creationTimestamp": at(0).0.to_string()}))
+            .unwrap(),
+        );
+        let clusters = [member("a", None), member("b", None)];
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        // Not Healthy yet: the task stays, and the binder looks again when the grace ends.
+        let waiting = plan_at(&b, &clusters, 100, &limiter, Instant::now());
+        assert_eq!(waiting.spec.graceful_eviction_tasks.len(), 1);
+        assert_eq!(waiting.retry, Some(Duration::from_secs(500)));
+        b.status.as_mut().unwrap().aggregated_status[0].health =
+            lifeboat_api::binding::ResourceHealth::Healthy;
+        let done = plan_at(&b, &clusters, 100, &limiter, Instant::now());
+        assert!(done.spec.graceful_eviction_tasks.is_empty());
+        assert_eq!(names(&done.spec), ["b"]);
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub struct HubOptions {
     /// Binding status writes in parallel.
     pub status_writers: usize,
     pub scheduler: SchedulerConfig,
+    /// Bindings evicted per second from lost or deleted clusters (cluster failover).
+    pub cluster_eviction_rate: f64,
 }
 
 /// Why the hub stopped. Each variant names the step.
@@ -361,6 +363,10 @@ pub async fn run(
                     if leading.borrow().is_leader =>
                 {
                     let _ = binding_events_tx.send(Arc::new(b.clone()));
+                    // The failover phase acts on status changes (health, old copies gone).
+                    if let Some(binder) = slot.get() {
+                        binder.binding_changed(b);
+                    }
                 }
                 watcher::Event::Delete(b) => {
                     if let Some(binder) = slot.get() {
@@ -472,20 +478,23 @@ pub async fn run(
 
     // Templates and the binder.
     let templates = Arc::new(Templates::new());
-    let binder = Arc::new(Binder::new(
-        client.clone(),
-        Caches {
-            templates: templates.clone(),
-            policies,
-            cluster_policies,
-            bindings,
-            clusters,
-        },
-        interpreters.clone(),
-        Arc::new(SchedulerPlacer::new(&options.scheduler)),
-        work.clone(),
-        BinderMetrics::new(&registry)?,
-    ));
+    let binder = Arc::new(
+        Binder::new(
+            client.clone(),
+            Caches {
+                templates: templates.clone(),
+                policies,
+                cluster_policies,
+                bindings,
+                clusters,
+            },
+            interpreters.clone(),
+            Arc::new(SchedulerPlacer::new(&options.scheduler)),
+            work.clone(),
+            BinderMetrics::new(&registry)?,
+        )
+        .with_cluster_eviction_rate(options.cluster_eviction_rate),
+    );
     let _ = binder_slot.set(binder.clone());
     let (kinds_tx, mut kinds_rx) = watch::channel(KindsSynced::default());
     {

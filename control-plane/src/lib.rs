@@ -19,6 +19,7 @@ pub mod clusters;
 pub mod detector;
 pub mod dispatch;
 pub mod failover;
+pub mod failover_phase;
 pub mod hub;
 pub mod intake;
 pub mod interpreters;

@@ -67,6 +67,9 @@ struct Args {
     /// Binding status writes in parallel.
     #[arg(long, default_value_t = 8)]
     status_writers: usize,
+    /// Bindings evicted per second from a lost or deleted cluster (cluster failover).
+    #[arg(long, default_value_t = lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE)]
+    cluster_eviction_rate: f64,
     /// Scheduler plugins: `*` for all, `-Name` to disable one (Karmada's `--plugins`).
     #[arg(long, default_value = "*")]
     plugins: String,
@@ -95,6 +98,10 @@ impl Args {
                 names: self.agent_api_names.clone(),
             },
         };
+        anyhow::ensure!(
+            self.cluster_eviction_rate.is_finite() && self.cluster_eviction_rate > 0.0,
+            "--cluster-eviction-rate: must be a number greater than 0 (bindings per second)"
+        );
         anyhow::ensure!(
             self.cluster_lease_seconds > 0,
             "--cluster-lease-seconds: must be greater than 0"
@@ -129,6 +136,7 @@ impl Args {
             binder_workers: self.binder_workers,
             status_writers: self.status_writers,
             scheduler,
+            cluster_eviction_rate: self.cluster_eviction_rate,
         })
     }
 }

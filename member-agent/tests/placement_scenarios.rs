@@ -18,7 +18,7 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use lifeboat_agent::agent;
 use lifeboat_api::binding::{ResourceBinding, ResourceHealth};
 use lifeboat_api::cluster::{Cluster, GPU_RESOURCE};
@@ -27,7 +27,9 @@ use lifeboat_e2e::nodes::{NodeShape, kwok_node};
 use lifeboat_e2e::wait;
 use serde_json::{Value, json};
 use support::T;
-use support::hub::{appwrapper_resource, bootstrap, ready, start_agent, start_hub, tempfile_dir};
+use support::hub::{
+    appwrapper_resource, bootstrap, policy_resource, ready, start_agent, start_hub, tempfile_dir,
+};
 use tokio::sync::{Mutex, OnceCell};
 
 const M1: &str = "member-1";
@@ -249,14 +251,6 @@ fn free_gpus(cluster: &Cluster) -> (i64, i64) {
             .unwrap_or(0);
         (largest.max(free), sum + free * i64::from(g.count))
     })
-}
-
-fn policy_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "policy.lifeboat.dev",
-        "v1alpha1",
-        "PropagationPolicy",
-    ))
 }
 
 /// Creates or updates a PropagationPolicy of the test's namespace on the hub.

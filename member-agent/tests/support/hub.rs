@@ -58,6 +58,7 @@ pub async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
         binder_workers: 2,
         status_writers: 2,
         scheduler: Default::default(),
+        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
     };
     tokio::spawn(async move {
         let result =
@@ -139,4 +140,32 @@ pub fn tempfile_dir(name: &str) -> Result<std::path::PathBuf, TestError> {
     let dir = std::env::temp_dir().join(format!("lifeboat-e2e-{name}"));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+pub fn policy_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "policy.lifeboat.dev",
+        "v1alpha1",
+        "PropagationPolicy",
+    ))
+}
+
+/// Waits until every named Cluster is registered and Ready on the hub.
+pub async fn until_clusters_ready(
+    hub: &kube::Client,
+    names: impl IntoIterator<Item = &String>,
+) -> Result<(), TestError> {
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    for name in names {
+        wait::until(&format!("Cluster {name} Ready"), T, || async {
+            match clusters.get_opt(name).await {
+                Ok(Some(c)) if ready(&c) => Ok(()),
+                Ok(Some(_)) => Err("not Ready yet".to_string()),
+                Ok(None) => Err("not registered yet".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await?;
+    }
+    Ok(())
 }

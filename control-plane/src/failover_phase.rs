@@ -1,0 +1,332 @@
+//! The binder's failover phase, IO-free: the clusters as [`failover`] sees them, one pass of
+//! [`failover::decide`] and [`failover::settle_tasks`] over a binding's desired spec, the
+//! `FailoverBlocked` condition, and the rate limit of cluster evictions. The binder applies the
+//! result in the same spec write as its scheduling.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+use lifeboat_api::binding::{
+    ANNOTATION_CONFIRM_PURGE, CONDITION_FAILOVER_BLOCKED, EVICTION_APPLICATION_FAILURE,
+    ResourceBinding, ResourceBindingSpec, ResourceHealth,
+};
+use lifeboat_api::cluster::{CONDITION_READY, Cluster};
+
+use crate::failover::{self, Blocked, ClusterState, Context, Decision, Eviction, TaskChange};
+use crate::status::condition;
+
+/// Reason of `FailoverBlocked` when an eviction was decided but no other cluster fits: the old
+/// copy stays (karmada#7455 deletes it).
+pub const REASON_NO_OTHER_CLUSTER: &str = "NoOtherClusterFits";
+/// Reason of `FailoverBlocked=False` once nothing blocks a failover any more.
+pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
+
+/// The clusters as the failover decision sees them: since when each has not been Ready, and
+/// whether it is being deleted. Fencing is not known yet (the agent does not fence).
+pub fn cluster_states(clusters: &[Arc<Cluster>]) -> BTreeMap<String, ClusterState> {
+    clusters
+        .iter()
+        .map(|c| {
+            let ready = c
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
+            let not_ready_since = ready
+                .filter(|r| r.status != "True")
+                .map(|r| r.last_transition_time.clone());
+            (
+                c.name_any(),
+                ClusterState {
+                    not_ready_since,
+                    deleted: c.metadata.deletion_timestamp.is_some(),
+                    fenced: false,
+                },
+            )
+        })
+        .collect()
+}
+
+/// The clusters whose old copy a human confirmed may go (`lifeboatctl confirm-purge`: the
+/// comma-separated annotation).
+pub fn confirmed_purges(binding: &ResourceBinding) -> BTreeSet<String> {
+    binding
+        .annotations()
+        .get(ANNOTATION_CONFIRM_PURGE)
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What one failover pass over a binding decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pass {
+    pub decision: Decision,
+    pub task_changes: Vec<TaskChange>,
+}
+
+/// Runs the decision over `current` with the `desired` spec (so a policy edited during a
+/// toleration applies from the edit).
+pub fn decide(current: &ResourceBinding, desired: &ResourceBindingSpec, ctx: &Context<'_>) -> Pass {
+    let mut view = current.clone();
+    view.spec = desired.clone();
+    let mut decision = failover::decide(&view, ctx);
+    let task_changes =
+        failover::settle_tasks(&view, ctx, &confirmed_purges(current), &mut decision);
+    Pass {
+        decision,
+        task_changes,
+    }
+}
+
+/// A cluster failover (the cluster is lost or deleted), as opposed to an application failure:
+/// these are rate-limited.
+pub fn is_cluster_eviction(eviction: &Eviction) -> bool {
+    eviction.reason != EVICTION_APPLICATION_FAILURE
+}
+
+/// The binding may need the failover phase again soon: it has a failover policy and a placement
+/// that is not Healthy, an eviction in progress, or a blocked failover to clear. The binder is
+/// queued on such a binding's status changes.
+pub fn wants_a_look(binding: &ResourceBinding) -> bool {
+    if !binding.spec.graceful_eviction_tasks.is_empty() {
+        return true;
+    }
+    if binding.spec.failover.is_none() {
+        return false;
+    }
+    let status = binding.status.as_ref();
+    status.is_some_and(|s| {
+        s.aggregated_status
+            .iter()
+            .any(|i| i.health == ResourceHealth::Unhealthy)
+            || s.conditions
+                .iter()
+                .any(|c| c.type_ == CONDITION_FAILOVER_BLOCKED && c.status == "True")
+    })
+}
+
+/// The `FailoverBlocked` condition: True with the first reason and every message while a
+/// failover is blocked; False once it is not (only if it was ever set).
+pub fn blocked_condition(
+    blocked: &[Blocked],
+    previous: &[Condition],
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    if let Some(first) = blocked.first() {
+        let message = blocked
+            .iter()
+            .map(|b| b.message.as_str())
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Some(condition(
+            CONDITION_FAILOVER_BLOCKED,
+            "True",
+            first.reason,
+            message,
+            previous,
+            generation,
+            now,
+        ));
+    }
+    previous
+        .iter()
+        .any(|c| c.type_ == CONDITION_FAILOVER_BLOCKED)
+        .then(|| {
+            condition(
+                CONDITION_FAILOVER_BLOCKED,
+                "False",
+                REASON_NOT_BLOCKED,
+                "no failover is blocked".into(),
+                previous,
+                generation,
+                now,
+            )
+        })
+}
+
+/// How long until `at` (zero if past).
+pub fn until(now: &Time, at: &Time) -> Duration {
+    let d = at.0.duration_since(now.0);
+    Duration::try_from(d).unwrap_or(Duration::ZERO)
+}
+
+/// A token bucket for cluster evictions (Karmada's `--cluster-eviction-rate`, default 0.5/s
+/// there; here 50/s), so a lost cluster's bindings move at a bounded rate.
+#[derive(Debug)]
+pub struct EvictionRateLimiter {
+    per_second: f64,
+    burst: f64,
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl EvictionRateLimiter {
+    /// `per_second` evictions on average, up to `per_second` (at least one) at once.
+    pub fn new(per_second: f64) -> EvictionRateLimiter {
+        let per_second = if per_second.is_finite() && per_second > 0.0 {
+            per_second
+        } else {
+            f64::MAX
+        };
+        let burst = per_second.clamp(1.0, 1e9);
+        EvictionRateLimiter {
+            per_second,
+            burst,
+            tokens: burst,
+            last: None,
+        }
+    }
+
+    /// Takes one token at `now`, or says how long until one is there.
+    pub fn try_take(&mut self, now: Instant) -> Result<(), Duration> {
+        if let Some(last) = self.last {
+            let elapsed = now.saturating_duration_since(last).as_secs_f64();
+            self.tokens = (self.tokens + elapsed * self.per_second).min(self.burst);
+        }
+        self.last = Some(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            Err(Duration::from_secs_f64(
+                ((1.0 - self.tokens) / self.per_second).max(0.001),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use lifeboat_api::policy::PurgeMode;
+    use serde_json::json;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(1_900_000_000 + second).unwrap())
+    }
+
+    fn cluster(name: &str, ready: Option<(&str, i64)>, deleting: bool) -> Arc<Cluster> {
+        let mut c: Cluster = serde_json::from_value(json!({
+            "apiVersion": "cluster.lifeboat.dev/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": name}, "spec": {}
+        }))
+        .unwrap();
+        if let Some((status, since)) = ready {
+            c.status = Some(
+                serde_json::from_value(json!({"conditions": [{
+                    "type": "Ready", "status": status, "reason": "x", "message": "",
+                    "lastTransitionTime": at(since).0.to_string()}]}))
+                .unwrap(),
+            );
+        }
+        if deleting {
+            c.metadata.deletion_timestamp = Some(at(0));
+        }
+        Arc::new(c)
+    }
+
+    #[test]
+    fn clusters_not_ready_count_from_the_ready_transition() {
+        let states = cluster_states(&[
+            cluster("a", Some(("True", 5)), false),
+            cluster("b", Some(("Unknown", 7)), false),
+            cluster("c", None, true),
+        ]);
+        assert_eq!(states["a"], ClusterState::default());
+        assert_eq!(states["b"].not_ready_since, Some(at(7)));
+        assert!(states["c"].deleted && states["c"].not_ready_since.is_none());
+    }
+
+    #[test]
+    fn confirmed_purges_come_from_the_annotation() {
+        let b: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "w", "namespace": "ns",
+                         "annotations": {ANNOTATION_CONFIRM_PURGE: "a, b,,"}},
+            "spec": {"resource": {"apiVersion": "v1", "kind": "Job", "name": "w"}}
+        }))
+        .unwrap();
+        let expected: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        assert_eq!(confirmed_purges(&b), expected);
+    }
+
+    #[test]
+    fn the_blocked_condition_is_set_then_cleared_never_invented() {
+        let blocked = [Blocked {
+            cluster: "a".into(),
+            reason: "ApplicationFailure",
+            message: "failed on its own".into(),
+        }];
+        assert_eq!(blocked_condition(&[], &[], Some(1), &at(0)), None);
+        let set = blocked_condition(&blocked, &[], Some(1), &at(0)).unwrap();
+        assert_eq!(
+            (set.status.as_str(), set.reason.as_str()),
+            ("True", "ApplicationFailure")
+        );
+        let cleared = blocked_condition(&[], &[set], Some(1), &at(5)).unwrap();
+        assert_eq!(
+            (cleared.status.as_str(), cleared.reason.as_str()),
+            ("False", REASON_NOT_BLOCKED)
+        );
+        assert_eq!(cleared.last_transition_time, at(5));
+    }
+
+    #[test]
+    fn only_bindings_with_something_to_decide_are_looked_at_again() {
+        let mut b: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "w", "namespace": "ns"},
+            "spec": {"resource": {"apiVersion": "v1", "kind": "Job", "name": "w"},
+                     "clusters": [{"name": "a"}]},
+            "status": {"aggregatedStatus": [{"clusterName": "a", "health": "Unhealthy"}]}
+        }))
+        .unwrap();
+        // no failover policy: nothing to decide
+        assert!(!wants_a_look(&b));
+        b.spec.failover = Some(Default::default());
+        assert!(wants_a_look(&b));
+        b.status.as_mut().unwrap().aggregated_status[0].health = ResourceHealth::Healthy;
+        assert!(!wants_a_look(&b));
+        b.spec
+            .graceful_eviction_tasks
+            .push(lifeboat_api::binding::GracefulEvictionTask {
+                from_cluster: "x".into(),
+                purge_mode: Some(PurgeMode::Gracefully),
+                ..Default::default()
+            });
+        assert!(wants_a_look(&b));
+    }
+
+    #[test]
+    fn the_limiter_lets_a_burst_through_then_refills_at_its_rate() {
+        let mut limiter = EvictionRateLimiter::new(50.0);
+        let start = Instant::now();
+        for _ in 0..50 {
+            assert!(limiter.try_take(start).is_ok());
+        }
+        let wait = limiter.try_take(start).unwrap_err();
+        assert!(wait <= Duration::from_millis(21) && wait >= Duration::from_millis(19));
+        // 100 ms later: 5 more
+        let later = start + Duration::from_millis(100);
+        for _ in 0..5 {
+            assert!(limiter.try_take(later).is_ok());
+        }
+        assert!(limiter.try_take(later).is_err());
+    }
+
+    #[test]
+    fn time_until_a_deadline_is_never_negative() {
+        assert_eq!(until(&at(10), &at(12)), Duration::from_secs(2));
+        assert_eq!(until(&at(10), &at(8)), Duration::ZERO);
+    }
+}

@@ -1,0 +1,388 @@
+//! Failover across clusters on the local fleet (hub + 2 members), with the real hub and one
+//! agent per member in hub mode, in this process (as in the placement suite).
+//!
+//! 1. Application failover: an AppWrapper (retryLimit 0, no failure grace period) whose pod fails
+//!    on a NotReady node goes Failed with class Infrastructure in its member; the hub evicts it
+//!    (toleration 0), records the eviction (cluster, reason, class; blockPredecessorSeconds 0:
+//!    for good) and runs it in the other member. Afterwards exactly one copy exists: Running in
+//!    the new member, none in the old one, and the old cluster stays out of the placement.
+//! 2. Cluster failover: another AppWrapper whose member's agent is killed moves to the other
+//!    member once the lease has lapsed and the policy's cluster toleration is over. If the first
+//!    AppWrapper runs in that member too, it stays there with `FailoverBlocked=True`
+//!    (`NoOtherClusterFits`): its only other cluster is blocked for good.
+//!
+//! One test: the suite shares one hub cluster, and one hub binds it.
+
+mod support;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use lifeboat_api::binding::ResourceBinding;
+use lifeboat_api::cluster::Cluster;
+use lifeboat_api::health::FailureClass;
+use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
+use lifeboat_e2e::{faults, wait};
+use serde_json::json;
+use support::T;
+use support::hub::{appwrapper_resource, bootstrap, start_agent, start_hub, tempfile_dir};
+
+/// The cluster lease of the test hub (support::hub::start_hub).
+const LEASE: Duration = Duration::from_secs(10);
+/// The policy's cluster toleration.
+const CLUSTER_TOLERATION: Duration = Duration::from_secs(5);
+/// Slack over a toleration: status reports, one scheduling pass, the new agent applying.
+const SLACK: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    harness::run(
+        "failover",
+        |c| {
+            c.members = 2;
+            c.nodes_per_member = 2;
+            c.gpus_per_node = 8;
+        },
+        vec![E2eTest::new(
+            "appwrappers_move_off_a_failed_placement_and_off_a_lost_cluster",
+            failover,
+        )],
+    )
+}
+
+/// The binding of template `name` in `ns` on the hub.
+async fn binding_of(
+    bindings: &Api<ResourceBinding>,
+    name: &str,
+) -> Result<ResourceBinding, String> {
+    bindings
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|b| b.spec.resource.name == name)
+        .ok_or_else(|| format!("no binding of {name} yet"))
+}
+
+fn placement(b: &ResourceBinding) -> Vec<String> {
+    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
+}
+
+async fn phase_in(api: &Api<DynamicObject>, name: &str) -> Result<Option<String>, String> {
+    Ok(api
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .map(|aw| {
+            aw.data["status"]["phase"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        }))
+}
+
+async fn failover(ctx: Arc<TestContext>) -> TestResult {
+    let dir = tempfile_dir(&ctx.namespace)?;
+    let hub = ctx.client("hub").await?;
+    lifeboat_agent::install::ensure_crd(&hub).await?;
+    let hub_url = start_hub(&ctx).await?;
+    bootstrap(&hub, &dir).await?;
+    let members = ctx.fleet.member_names();
+    let [first, second] = members.as_slice() else {
+        return Err("the fleet needs two members".into());
+    };
+    let mut agents = std::collections::BTreeMap::new();
+    agents.insert(
+        first.clone(),
+        start_agent(&ctx, first, &hub_url, &dir, "us-east-1").await?,
+    );
+    agents.insert(
+        second.clone(),
+        start_agent(&ctx, second, &hub_url, &dir, "eu-west-1").await?,
+    );
+    support::hub::until_clusters_ready(&hub, [first, second]).await?;
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+
+    let ns = ctx.namespace("hub").await?;
+    for member in [first, second] {
+        ctx.namespace(member).await?;
+    }
+    let policies: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), &ns, &support::hub::policy_resource());
+    let policy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": "failover", "namespace": ns},
+        "spec": {
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper"}],
+            "failover": {
+                "application": {
+                    "decisionConditions": {"tolerationSeconds": 0},
+                    "purgeMode": "Gracefully",
+                    "gracePeriodSeconds": 600,
+                    "blockPredecessorSeconds": 0
+                },
+                "cluster": {"tolerationSeconds": CLUSTER_TOLERATION.as_secs(), "purgeMode": "Gracefully"}
+            }
+        }
+    }))?;
+    policies
+        .patch(
+            "failover",
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&policy),
+        )
+        .await?;
+    let appwrappers: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), &ns, &appwrapper_resource());
+    let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
+    let in_member = |member: &str| {
+        let ctx = ctx.clone();
+        let member = member.to_string();
+        let ns = ns.clone();
+        async move {
+            Ok::<_, TestError>(Api::<DynamicObject>::namespaced_with(
+                ctx.client(&member).await?,
+                &ns,
+                &appwrapper_resource(),
+            ))
+        }
+    };
+
+    // 1. Application failover.
+    let mut train = serde_json::to_value(support::appwrapper(
+        "train",
+        &[("retryLimit", "0"), ("failureGracePeriodDuration", "0s")],
+        vec![support::job("train-job", "sleep 3600", 1, 1)],
+    )?)?;
+    train["metadata"]["namespace"] = json!(ns);
+    appwrappers
+        .create(&PostParams::default(), &serde_json::from_value(train)?)
+        .await?;
+    let placed = wait::until("train placed", T, || async {
+        let b = binding_of(&bindings, "train").await?;
+        match placement(&b).as_slice() {
+            [one] => Ok(one.clone()),
+            other => Err(format!("clusters {other:?}")),
+        }
+    })
+    .await?;
+    let other = if &placed == first { second } else { first };
+    let old_api = in_member(&placed).await?;
+    let new_api = in_member(other).await?;
+    wait::until("train Running where it was placed", T, || async {
+        match phase_in(&old_api, "train").await?.as_deref() {
+            Some("Running") => Ok(()),
+            p => Err(format!("phase {p:?}")),
+        }
+    })
+    .await?;
+
+    // Its pod fails on a NotReady node: a terminal Infrastructure failure (no retries left).
+    let member_client = ctx.client(&placed).await?;
+    let pods = wait::until("train's pod on a node", T, || async {
+        let pods: Vec<Pod> = support::pods_of(&ctx, &placed, "train")
+            .await
+            .map_err(|e| e.to_string())?;
+        if pods
+            .iter()
+            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        {
+            Ok(pods)
+        } else {
+            Err("no pod on a node yet".to_string())
+        }
+    })
+    .await?;
+    for pod in &pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
+            faults::set_node_ready(&member_client, node, false).await?;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let failed_at = Instant::now();
+    for pod in &pods {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        match faults::fail_pod(&member_client, &ns, &name, 1).await {
+            Ok(()) => {}
+            // The agent may have seen the NotReady node first and failed the AppWrapper, which
+            // deletes its pods: the fault is in already.
+            Err(e) if e.to_string().contains("NotFound") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // It goes Failed there (the hub may move it, and withdraw the Failed copy, before this
+    // test sees the phase: the binding's record says why it moved).
+    // Moved (toleration 0) to the other member, where it runs.
+    let moved = wait::until("train moved to the other member", SLACK, || async {
+        let b = binding_of(&bindings, "train").await?;
+        if placement(&b) == [other.clone()] {
+            Ok(b)
+        } else {
+            Err(format!("clusters {:?}", placement(&b)))
+        }
+    })
+    .await?;
+    let moved_after = failed_at.elapsed();
+    let record = moved
+        .spec
+        .eviction_history
+        .iter()
+        .find(|r| r.cluster_name == placed)
+        .ok_or("no eviction record for the old cluster")?;
+    if record.reason != "ApplicationFailure"
+        || record.failure_class != Some(FailureClass::Infrastructure)
+        || record.expires_at.is_some()
+        || !record
+            .message
+            .as_deref()
+            .is_some_and(|m| m.contains("NotReady"))
+    {
+        return Err(format!("eviction record {record:?}").into());
+    }
+    wait::until("train Running in the other member", T, || async {
+        match phase_in(&new_api, "train").await?.as_deref() {
+            Some("Running") => Ok(()),
+            p => Err(format!("phase {p:?}")),
+        }
+    })
+    .await?;
+    // The new copy is Healthy: the old one is withdrawn. Exactly one copy afterwards.
+    wait::until("the old copy withdrawn", T, || async {
+        match phase_in(&old_api, "train").await? {
+            None => Ok(()),
+            Some(p) => Err(format!("still there ({p})")),
+        }
+    })
+    .await?;
+    let settled = wait::until("the eviction task done", T, || async {
+        let b = binding_of(&bindings, "train").await?;
+        if b.spec.graceful_eviction_tasks.is_empty() {
+            Ok(b)
+        } else {
+            Err("task still there".to_string())
+        }
+    })
+    .await?;
+    if placement(&settled) != [other.clone()] || settled.spec.eviction_history.len() != 1 {
+        return Err(format!(
+            "after the move: clusters {:?}, history {:?}",
+            placement(&settled),
+            settled.spec.eviction_history
+        )
+        .into());
+    }
+    tracing::info!(?moved_after, "train moved");
+    for node in pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+    {
+        faults::set_node_ready(&member_client, &node, true).await?;
+    }
+
+    // 2. Cluster failover: serve's member loses its agent.
+    let mut serve = serde_json::to_value(support::appwrapper(
+        "serve",
+        &[],
+        vec![support::job("serve-job", "sleep 3600", 1, 1)],
+    )?)?;
+    serve["metadata"]["namespace"] = json!(ns);
+    appwrappers
+        .create(&PostParams::default(), &serde_json::from_value(serve)?)
+        .await?;
+    let lost = wait::until("serve placed", T, || async {
+        let b = binding_of(&bindings, "serve").await?;
+        match placement(&b).as_slice() {
+            [one] => Ok(one.clone()),
+            other => Err(format!("clusters {other:?}")),
+        }
+    })
+    .await?;
+    let survivor = if &lost == first { second } else { first };
+    let lost_api = in_member(&lost).await?;
+    wait::until("serve Running", T, || async {
+        match phase_in(&lost_api, "serve").await?.as_deref() {
+            Some("Running") => Ok(()),
+            p => Err(format!("phase {p:?}")),
+        }
+    })
+    .await?;
+    let agent = agents.remove(&lost).ok_or("no agent for the lost member")?;
+    agent.abort().await;
+    let killed_at = Instant::now();
+    let moved = wait::until(
+        "serve moved off the lost cluster",
+        LEASE + CLUSTER_TOLERATION + SLACK,
+        || async {
+            let b = binding_of(&bindings, "serve").await?;
+            if placement(&b) == [survivor.clone()] {
+                Ok(b)
+            } else {
+                Err(format!("clusters {:?}", placement(&b)))
+            }
+        },
+    )
+    .await?;
+    let moved_after = killed_at.elapsed();
+    let record = moved
+        .spec
+        .eviction_history
+        .iter()
+        .find(|r| r.cluster_name == lost)
+        .ok_or("no eviction record for the lost cluster")?;
+    if record.reason != "ClusterFailure" {
+        return Err(format!("eviction record {record:?}").into());
+    }
+    // Not before the cluster toleration, counted from the Ready transition.
+    let lost_cluster = clusters.get(&lost).await?;
+    let not_ready = lost_cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "Ready"))
+        .filter(|c| c.status != "True")
+        .ok_or("the lost cluster is still Ready")?;
+    let earliest = not_ready.last_transition_time.0.checked_add(
+        k8s_openapi::jiff::SignedDuration::from_secs(CLUSTER_TOLERATION.as_secs() as i64),
+    )?;
+    if record.evicted_at.0 < earliest {
+        return Err(format!(
+            "evicted at {} but the cluster is not Ready only since {} (toleration {CLUSTER_TOLERATION:?})",
+            record.evicted_at.0, not_ready.last_transition_time.0
+        )
+        .into());
+    }
+    let survivor_api = in_member(survivor).await?;
+    wait::until("serve Running on the survivor", T, || async {
+        match phase_in(&survivor_api, "serve").await?.as_deref() {
+            Some("Running") => Ok(()),
+            p => Err(format!("phase {p:?}")),
+        }
+    })
+    .await?;
+    tracing::info!(?moved_after, "serve moved");
+    // When train shares the lost cluster, it has nowhere to go (its first cluster is blocked for
+    // good): its copy is kept, not purged (karmada#7455), and the binding says why.
+    if &lost == other {
+        wait::until("train kept on the lost cluster, blocked", T, || async {
+            let b = binding_of(&bindings, "train").await?;
+            let blocked = b
+                .condition("FailoverBlocked")
+                .map(|c| (c.status.clone(), c.reason.clone()));
+            if placement(&b) == [other.clone()]
+                && blocked == Some(("True".into(), "NoOtherClusterFits".into()))
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "clusters {:?}, FailoverBlocked {blocked:?}",
+                    placement(&b)
+                ))
+            }
+        })
+        .await?;
+        tracing::info!("train kept on the lost cluster: no other cluster fits");
+    }
+    Ok(())
+}
