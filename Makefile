@@ -63,10 +63,16 @@ unit:
 ledger:
 	bash scripts/postgres.sh $(CARGO) test -p lifeboat-hub --test ledger
 
-# End-to-end tests: each test binary starts its own fleet of real control planes.
+# End-to-end tests: each test binary starts its own fleet of real control planes. The suites
+# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs) start the binaries built
+# here (cargo test builds only the test binaries).
 .PHONY: e2e
-e2e: k8s-bins
+e2e: k8s-bins lifeboat-bins
 	$(CARGO) test --workspace --test '*'
+
+.PHONY: lifeboat-bins
+lifeboat-bins:
+	$(CARGO) build -p lifeboat-hub -p lifeboat-agent
 
 .PHONY: bench
 bench: k8s-bins
