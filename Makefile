@@ -10,8 +10,9 @@ export LIFEBOAT_SHARED_DIR
 
 .PHONY: help
 help:
-	@echo "make demo    build what is needed, start a local fleet (hub + 3 members) with an agent per member,"
-	@echo "             run a GPU AppWrapper through a failure and its reset, keep running until Ctrl-C"
+	@echo "make demo    build what is needed, start a local fleet (hub + 3 members) with the Lifeboat hub and an"
+	@echo "             agent per member, place a GPU AppWrapper from the hub, run it through a failure and its"
+	@echo "             reset, keep running until Ctrl-C"
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
 	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
