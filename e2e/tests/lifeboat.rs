@@ -449,7 +449,8 @@ async fn leader_killed(ctx: Arc<TestContext>) -> TestResult {
         .await?;
     }
 
-    // The killed replica comes back as the standby.
+    // The killed replica comes back as the standby (its agent API answers 503 NotLeader; not
+    // asserted here: kube's client retries 503 answers for minutes).
     ctx.fleet.restart_lifeboat(&old_process).await?;
     ctx.fleet.until_lifeboat_ready(T).await?;
     assert_eq!(leader(&ctx).await?.as_deref(), Some(new.as_str()));
