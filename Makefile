@@ -10,8 +10,9 @@ export LIFEBOAT_SHARED_DIR
 
 .PHONY: help
 help:
-	@echo "make demo    build what is needed, start a local fleet (hub + 3 members) with an agent per member,"
-	@echo "             run a GPU AppWrapper through a failure and its reset, keep running until Ctrl-C"
+	@echo "make demo    build what is needed, start a local fleet (hub + 3 members) with the Lifeboat hub and an"
+	@echo "             agent per member, place a GPU AppWrapper from the hub, run it through a failure and its"
+	@echo "             reset, keep running until Ctrl-C"
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
 	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
@@ -63,10 +64,16 @@ unit:
 ledger:
 	bash scripts/postgres.sh $(CARGO) test -p lifeboat-hub --test ledger
 
-# End-to-end tests: each test binary starts its own fleet of real control planes.
+# End-to-end tests: each test binary starts its own fleet of real control planes. The suites
+# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs) start the binaries built
+# here (cargo test builds only the test binaries).
 .PHONY: e2e
-e2e: k8s-bins
+e2e: k8s-bins lifeboat-bins
 	$(CARGO) test --workspace --test '*'
+
+.PHONY: lifeboat-bins
+lifeboat-bins:
+	$(CARGO) build -p lifeboat-hub -p lifeboat-agent
 
 .PHONY: bench
 bench: k8s-bins

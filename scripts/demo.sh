@@ -1,110 +1,108 @@
 #!/usr/bin/env bash
-# The Lifeboat demo on the embedded default fleet: one hub and three member clusters, a
-# lifeboat-agent per member, and a GPU training AppWrapper moved off a node whose GPU Autopilot
-# flags as bad (reset in place, no retry consumed).
+# The Lifeboat demo on the embedded default fleet: one hub and three member clusters, started
+# with `fleet up --lifeboat` (the lifeboat-hub and a lifeboat-agent per member, as processes
+# registered with a bootstrap token). The upstream GPU AppWrapper sample is applied to the hub
+# with a PropagationPolicy; the hub places it on a member, where its agent runs it; then a GPU
+# that Autopilot flags as bad makes the agent reset it in place (no retry consumed).
 # Runs until Ctrl-C, then tears everything down.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 state="${LIFEBOAT_DEMO_STATE_DIR:-target/fleet}"
-cargo build -q -p lifeboat-e2e --bin fleet -p lifeboat-agent --bin lifeboat-agent
+shared="${LIFEBOAT_SHARED_DIR:-../shared}"
+sample="$shared/testdata/appwrapper-samples/wrapped-gpu-job.yaml"
+[[ -f "$sample" ]] || { echo "the AppWrapper sample $sample is missing (set LIFEBOAT_SHARED_DIR)" >&2; exit 1; }
+cargo build -q -p lifeboat-e2e --bin fleet -p lifeboat-hub -p lifeboat-agent
 fleet=target/debug/fleet
-agent=target/debug/lifeboat-agent
-pids=()
 
 cleanup() {
   trap - EXIT INT TERM
   echo
-  echo "stopping the agents and the fleet"
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  echo "stopping Lifeboat and the fleet"
   "$fleet" --state-dir "$state" down || true
 }
 trap cleanup EXIT
 trap 'cleanup; exit 0' INT TERM
 
-"$fleet" --state-dir "$state" up --members 3
-for i in 1 2 3; do
-  member="member-$i"
-  "$agent" --kubeconfig "$state/$member/admin.kubeconfig" --cluster-name "$member" \
-    --metrics-bind "127.0.0.1:$((9463 + i))" \
-    --webhook-url-host 127.0.0.1 --webhook-bind "127.0.0.1:$((9443 + i))" \
-    >"$state/lifeboat-agent-$member.log" 2>&1 &
-  pids+=("$!")
-done
+"$fleet" --state-dir "$state" up --members 3 --lifeboat
 
-kc="$state/member-1/admin.kubeconfig"
 if ! command -v kubectl >/dev/null; then
-  echo "kubectl not found: the fleet and agents run; install kubectl to see the demo workload"
-  sleep infinity
+  echo "kubectl not found: the fleet and Lifeboat run; install kubectl to see the demo workload"
+  while true; do sleep 3600; done
 fi
-k() { kubectl --kubeconfig "$kc" "$@"; }
+hub() { kubectl --kubeconfig "$state/hub/admin.kubeconfig" "$@"; }
+target=member-2
+member() { kubectl --kubeconfig "$state/$target/admin.kubeconfig" "$@"; }
+aw=sample-gpu-job
 
-echo "waiting for the agents (CRD and admission webhook)"
-for _ in $(seq 1 120); do
-  k get validatingwebhookconfiguration lifeboat-appwrapper-validating >/dev/null 2>&1 && break
-  sleep 1
-done
-
-cat <<'YAML' | k apply -f -
-apiVersion: workload.codeflare.dev/v1beta2
-kind: AppWrapper
+echo
+echo "on the hub: a PropagationPolicy placing $aw on $target, and the sample itself ($sample)"
+cat <<YAML | hub apply -f -
+apiVersion: policy.lifeboat.dev/v1alpha1
+kind: PropagationPolicy
 metadata:
-  name: llm-finetune
+  name: $aw
   namespace: default
-  annotations:
-    workload.codeflare.dev.appwrapper/failureGracePeriodDuration: "5s"
-    workload.codeflare.dev.appwrapper/retryPausePeriodDuration: "5s"
-    workload.codeflare.dev.appwrapper/retryLimit: "3"
 spec:
-  components:
-  - template:
-      apiVersion: batch/v1
-      kind: Job
-      metadata:
-        name: llm-finetune
-      spec:
-        parallelism: 2
-        completions: 2
-        backoffLimit: 0
-        template:
-          spec:
-            restartPolicy: Never
-            containers:
-            - name: trainer
-              image: nvcr.io/nvidia/pytorch:24.05-py3
-              command: ["sh", "-c", "sleep 60"]
-              resources:
-                limits:
-                  nvidia.com/gpu: 4
+  resourceSelectors:
+  - apiVersion: workload.codeflare.dev/v1beta2
+    kind: AppWrapper
+    name: $aw
+  placement:
+    clusterAffinity:
+      clusterNames: [$target]
 YAML
+# Short fault-tolerance periods, so that the reset below takes seconds rather than minutes.
+hub annotate --local -f "$sample" -o yaml \
+  workload.codeflare.dev.appwrapper/failureGracePeriodDuration=5s \
+  workload.codeflare.dev.appwrapper/retryPausePeriodDuration=5s |
+  hub apply -n default -f -
 
-echo "waiting for the AppWrapper to run"
+echo "waiting for the hub's AppWrapper to show Running"
+for _ in $(seq 1 120); do
+  [[ "$(hub get aw "$aw" -o jsonpath='{.status.phase}' 2>/dev/null)" == Running ]] && break
+  sleep 1
+done
+hub get aw "$aw"
+echo
+echo "its ResourceBinding (clusters and health per cluster):"
+hub get rb
+hub get rb -o jsonpath='{range .items[*]}{.metadata.name}: clusters {.spec.clusters[*].name}; {range .status.aggregatedStatus[*]}{.clusterName} applied={.applied} health={.health}{end}{"\n"}{end}'
+echo
+echo "in $target, run by its agent:"
+member get aw "$aw"
+
+node="$(member get pods -l workload.codeflare.dev/appwrapper="$aw" -o jsonpath='{.items[0].spec.nodeName}')"
+echo
+echo "injecting a fault: Autopilot finds a bad GPU on $node ($target) and flags it EVICT"
+"$fleet" --state-dir "$state" gpu-health --cluster "$target" "$node" EVICT
 for _ in $(seq 1 60); do
-  [[ "$(k get aw llm-finetune -o jsonpath='{.status.phase}')" == Running ]] && break
+  member get aw "$aw" --no-headers
+  [[ "$(member get aw "$aw" -o jsonpath='{.status.transitions[-1].phase}')" == Running &&
+     "$(member get aw "$aw" -o jsonpath='{.status.transitions[*].reason}')" == *AutopilotNoExecute* ]] && break
   sleep 1
 done
-sleep 2
-node="$(k get pods -l workload.codeflare.dev/appwrapper=llm-finetune -o jsonpath='{.items[0].spec.nodeName}')"
-echo "injecting a fault: Autopilot finds a bad GPU on $node and flags it EVICT"
-"$fleet" --state-dir "$state" gpu-health --cluster member-1 "$node" EVICT
-
-for _ in $(seq 1 40); do
-  k get aw llm-finetune --no-headers
-  [[ "$(k get aw llm-finetune -o jsonpath='{.status.transitions[-1].phase}')" == Running &&
-     "$(k get aw llm-finetune -o jsonpath='{.status.transitions[*].reason}')" == *AutopilotNoExecute* ]] && break
+retries="$(member get aw "$aw" -o jsonpath='{.status.resettingCount}')"
+echo
+echo "the pod now runs on: $(member get pods -l workload.codeflare.dev/appwrapper="$aw" \
+  -o jsonpath='{range .items[*]}{.spec.nodeName} {end}')(not $node); retries used: ${retries:-0}"
+"$fleet" --state-dir "$state" gpu-health --cluster "$target" "$node" PASS
+echo
+echo "what happened in $target (status.transitions):"
+member get aw "$aw" -o jsonpath='{range .status.transitions[*]}{.time}  {.phase}  {.reason}  {.message}{"\n"}{end}'
+echo
+echo "on the hub, once the member reports it Running again:"
+for _ in $(seq 1 60); do
+  [[ "$(hub get aw "$aw" -o jsonpath='{.status.phase}')" == Running ]] && break
   sleep 1
 done
-echo
-echo "the trainer pods now run on: $(k get pods -l workload.codeflare.dev/appwrapper=llm-finetune \
-  -o jsonpath='{range .items[*]}{.spec.nodeName} {end}')(not $node); retries used: \
-$(k get aw llm-finetune -o jsonpath='{.status.resettingCount}' | sed 's/^$/0/')"
-"$fleet" --state-dir "$state" gpu-health --cluster member-1 "$node" PASS
-echo
-echo "what happened (status.transitions):"
-k get aw llm-finetune -o jsonpath='{range .status.transitions[*]}{.time}  {.phase}  {.reason}  {.message}{"\n"}{end}'
+hub get aw "$aw"
+hub get lbc
 echo
 "$fleet" --state-dir "$state" status || true
 echo
-echo "the fleet and agents keep running (kubeconfigs above; agent logs in $state); press Ctrl-C to stop"
+echo "the fleet and Lifeboat keep running (kubeconfigs and logs above; try"
+echo "  $fleet --state-dir $state kill-lifeboat $target   # the hub marks it Unknown and tainted"
+echo "  $fleet --state-dir $state restart-lifeboat $target"
+echo "); press Ctrl-C to stop"
 while true; do sleep 3600; done

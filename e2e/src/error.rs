@@ -18,6 +18,10 @@ pub enum Error {
         "Kubernetes binary {name} not found in {dir}; build them with `e2e/k8s/build.sh` (or `make k8s-bins`), or set LIFEBOAT_K8S_BIN_DIR"
     )]
     MissingBinary { name: String, dir: PathBuf },
+    #[error(
+        "Lifeboat binary {name} not found in {dir}; build it with `cargo build -p lifeboat-hub -p lifeboat-agent`, or set LIFEBOAT_BIN_DIR"
+    )]
+    MissingLifeboatBinary { name: String, dir: PathBuf },
     #[error("running e2e/k8s/build.sh --print-dir: {0}")]
     BinDir(String),
     #[error(

@@ -126,10 +126,29 @@ pub fn namespace_for(test: &str, index: usize) -> String {
 
 /// Runs a suite of tests on one shared fleet. `configure` adjusts the fleet before it starts.
 pub fn run(suite: &str, configure: impl FnOnce(&mut FleetConfig), tests: Vec<E2eTest>) -> ExitCode {
-    let mut args = libtest_mimic::Arguments::from_args();
     // e2e tests mostly wait on the cluster: run more of them at once than there are cores.
+    run_with_threads(suite, configure, tests, 8)
+}
+
+/// [`run`] for tests that break the shared fleet (kill its processes): one at a time, in the
+/// order given.
+pub fn run_serial(
+    suite: &str,
+    configure: impl FnOnce(&mut FleetConfig),
+    tests: Vec<E2eTest>,
+) -> ExitCode {
+    run_with_threads(suite, configure, tests, 1)
+}
+
+fn run_with_threads(
+    suite: &str,
+    configure: impl FnOnce(&mut FleetConfig),
+    tests: Vec<E2eTest>,
+    threads: usize,
+) -> ExitCode {
+    let mut args = libtest_mimic::Arguments::from_args();
     if args.test_threads.is_none() {
-        args.test_threads = Some(8);
+        args.test_threads = Some(threads);
     }
     // Logs of the fleet and of whatever the tests run in-process go to a file beside the
     // fleet's state dir, so test output stays readable; its path is printed on failure.

@@ -118,6 +118,38 @@ impl ProcessRecord {
         Ok(())
     }
 
+    /// Kills the whole process group with SIGKILL at once (a crash: nothing runs its shutdown)
+    /// and reaps it.
+    pub fn kill(&mut self, child: Option<&mut Child>) -> Result<()> {
+        if self.pid <= 0 {
+            return Ok(());
+        }
+        if child.is_some() || self.is_running() {
+            match killpg(Pid::from_raw(self.pid), Signal::SIGKILL) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => {}
+                Err(source) => {
+                    return Err(Error::Signal {
+                        pid: self.pid,
+                        source,
+                    });
+                }
+            }
+            match child {
+                Some(c) => {
+                    let _ = c.wait();
+                }
+                None => {
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    while self.is_running() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            }
+        }
+        self.pid = 0;
+        Ok(())
+    }
+
     /// The last `lines` lines of the component's log.
     pub fn log_tail(&self, lines: usize) -> String {
         tail(&self.log, lines)

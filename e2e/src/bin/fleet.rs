@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use lifeboat_e2e::fleet::{self, ClusterStatus, Fleet, FleetConfig};
+use lifeboat_e2e::fleet::{
+    self, ClusterStatus, Fleet, FleetConfig, LifeboatConfig, LifeboatProcess, LifeboatStatus,
+};
 use lifeboat_e2e::{faults, kubeconfig};
 
 #[derive(Parser)]
@@ -35,6 +37,19 @@ struct UpArgs {
     /// Seconds to wait for every cluster to become ready.
     #[arg(long, default_value_t = 180)]
     timeout: u64,
+    /// Also run Lifeboat: the hub and an agent per member, registered with a bootstrap token
+    /// (binaries from `cargo build -p lifeboat-hub -p lifeboat-agent`, or LIFEBOAT_BIN_DIR).
+    #[arg(long)]
+    lifeboat: bool,
+    /// Hub replicas with --lifeboat (leader election: one acts, all serve the agent API).
+    #[arg(long, default_value_t = 1, requires = "lifeboat")]
+    hubs: usize,
+    /// The hub's --cluster-lease-seconds with --lifeboat.
+    #[arg(long, default_value_t = 40, requires = "lifeboat")]
+    cluster_lease_seconds: u64,
+    /// The hub's --heartbeat-seconds with --lifeboat.
+    #[arg(long, default_value_t = 10, requires = "lifeboat")]
+    heartbeat_seconds: u64,
 }
 
 #[derive(Subcommand)]
@@ -89,6 +104,24 @@ enum Command {
     StopApiserver { cluster: String },
     /// Start a stopped kube-apiserver again; the cluster comes back with its data.
     StartApiserver { cluster: String },
+    /// Kill a Lifeboat process with SIGKILL: `hub` (replica 1), `hub-N`, or a member's name
+    /// (its agent).
+    KillLifeboat { process: String },
+    /// Stop a Lifeboat process with SIGTERM (a hub hands its Lease over).
+    StopLifeboat { process: String },
+    /// Start a stopped or killed Lifeboat process again, on its ports.
+    RestartLifeboat { process: String },
+}
+
+/// `hub` / `hub-2` / `member-1` as a Lifeboat process.
+fn lifeboat_process(name: &str) -> LifeboatProcess {
+    match name {
+        "hub" => LifeboatProcess::Hub(1),
+        _ => match name.strip_prefix("hub-").and_then(|i| i.parse().ok()) {
+            Some(i) => LifeboatProcess::Hub(i),
+            None => LifeboatProcess::Agent(name.to_string()),
+        },
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -111,6 +144,14 @@ fn config(state_dir: PathBuf, args: &UpArgs) -> FleetConfig {
     config.nodes_per_member = args.nodes_per_member;
     config.gpus_per_node = args.gpus_per_node;
     config.ready_timeout = Duration::from_secs(args.timeout);
+    if args.lifeboat {
+        config.lifeboat = Some(LifeboatConfig {
+            hubs: args.hubs,
+            cluster_lease_seconds: args.cluster_lease_seconds,
+            heartbeat_seconds: args.heartbeat_seconds,
+            bin_dir: None,
+        });
+    }
     config
 }
 
@@ -120,6 +161,9 @@ async fn run(command: Command, state_dir: PathBuf) -> anyhow::Result<()> {
             let started = std::time::Instant::now();
             let fleet = Fleet::up(config(state_dir.clone(), &args)).await?;
             print_status(&fleet.status().await);
+            if let Some(lifeboat) = fleet.lifeboat_status().await {
+                print_lifeboat(&lifeboat);
+            }
             fleet.detach();
             eprintln!(
                 "fleet ready in {:.1}s; stop it with `fleet down` (state in {})",
@@ -132,6 +176,9 @@ async fn run(command: Command, state_dir: PathBuf) -> anyhow::Result<()> {
             let fleet = Fleet::up(config(state_dir, &args)).await?;
             eprintln!("fleet ready in {:.1}s", started.elapsed().as_secs_f64());
             print_status(&fleet.status().await);
+            if let Some(lifeboat) = fleet.lifeboat_status().await {
+                print_lifeboat(&lifeboat);
+            }
             eprintln!("press Ctrl-C to stop the fleet");
             tokio::signal::ctrl_c()
                 .await
@@ -155,12 +202,17 @@ async fn run(command: Command, state_dir: PathBuf) -> anyhow::Result<()> {
         Command::Status { json } => {
             let fleet = Fleet::load(&state_dir)?;
             let status = fleet.status().await;
+            let lifeboat = fleet.lifeboat_status().await;
             if json {
-                println!("{}", serde_json::to_string_pretty(&status)?);
+                let all = serde_json::json!({"clusters": status, "lifeboat": lifeboat});
+                println!("{}", serde_json::to_string_pretty(&all)?);
             } else {
                 print_status(&status);
+                if let Some(lifeboat) = &lifeboat {
+                    print_lifeboat(lifeboat);
+                }
             }
-            if status.iter().any(|s| !s.ready) {
+            if status.iter().any(|s| !s.ready) || lifeboat.is_some_and(|l| !l.ready()) {
                 std::process::exit(1);
             }
         }
@@ -215,6 +267,21 @@ async fn run(command: Command, state_dir: PathBuf) -> anyhow::Result<()> {
             Fleet::load(&state_dir)?.start_apiserver(&cluster).await?;
             eprintln!("kube-apiserver of {cluster} started and ready");
         }
+        Command::KillLifeboat { process } => {
+            let process = lifeboat_process(&process);
+            Fleet::load(&state_dir)?.kill_lifeboat(&process)?;
+            eprintln!("{process} killed (SIGKILL)");
+        }
+        Command::StopLifeboat { process } => {
+            let process = lifeboat_process(&process);
+            Fleet::load(&state_dir)?.stop_lifeboat(&process)?;
+            eprintln!("{process} stopped");
+        }
+        Command::RestartLifeboat { process } => {
+            let process = lifeboat_process(&process);
+            Fleet::load(&state_dir)?.restart_lifeboat(&process).await?;
+            eprintln!("{process} started and ready");
+        }
     }
     Ok(())
 }
@@ -243,5 +310,52 @@ fn print_status(status: &[ClusterStatus]) {
         if !s.ready {
             println!("           not ready: {}", s.reason);
         }
+    }
+}
+
+fn print_lifeboat(status: &LifeboatStatus) {
+    println!();
+    println!(
+        "{:<10} {:<16} {:<8} {:<6} {:<13} LOG",
+        "CLUSTER", "LIFEBOAT", "PID", "ALIVE", "PORTS"
+    );
+    for p in &status.processes {
+        let ports: Vec<String> = p.ports.iter().map(u16::to_string).collect();
+        println!(
+            "{:<10} {:<16} {:<8} {:<6} {:<13} {}",
+            p.cluster,
+            p.component,
+            if p.pid > 0 {
+                p.pid.to_string()
+            } else {
+                "-".into()
+            },
+            if p.alive { "yes" } else { "no" },
+            ports.join(","),
+            p.log.display()
+        );
+    }
+    println!(
+        "agent API: {}; leader: {}",
+        status.hub_urls.join(", "),
+        status.leader.as_deref().unwrap_or("none")
+    );
+    if !status.error.is_empty() {
+        println!("hub unreachable: {}", status.error);
+        return;
+    }
+    println!("{:<10} {:<8} {:<22} TAINTS", "MEMBER", "READY", "REASON");
+    for m in &status.members {
+        println!(
+            "{:<10} {:<8} {:<22} {}",
+            m.name,
+            m.ready,
+            m.reason,
+            if m.taints.is_empty() {
+                "-".into()
+            } else {
+                m.taints.join(",")
+            }
+        );
     }
 }

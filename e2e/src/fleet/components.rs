@@ -65,7 +65,7 @@ impl Probe {
 pub const APISERVER_READY: Probe = Probe::https("/readyz");
 
 impl Component {
-    fn new(
+    pub(super) fn new(
         cluster: &str,
         name: &str,
         program: PathBuf,

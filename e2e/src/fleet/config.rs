@@ -27,6 +27,9 @@ pub struct FleetConfig {
     pub bin_dir: Option<PathBuf>,
     /// How long `up` waits for every cluster to become ready.
     pub ready_timeout: Duration,
+    /// Also run Lifeboat (hub replicas and an agent per member) as processes.
+    #[serde(default)]
+    pub lifeboat: Option<super::lifeboat::LifeboatConfig>,
 }
 
 impl FleetConfig {
@@ -38,6 +41,7 @@ impl FleetConfig {
             gpus_per_node: 8,
             bin_dir: None,
             ready_timeout: Duration::from_secs(180),
+            lifeboat: None,
         }
     }
 
@@ -59,6 +63,9 @@ impl FleetConfig {
                 "--gpus-per-node must be at most 64, got {}",
                 self.gpus_per_node
             )));
+        }
+        if let Some(lifeboat) = &self.lifeboat {
+            lifeboat.validate()?;
         }
         Ok(())
     }

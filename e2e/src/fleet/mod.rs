@@ -29,11 +29,13 @@ use crate::wait;
 
 pub mod components;
 mod config;
+pub mod lifeboat;
 pub mod probes;
 mod start;
 mod state;
 
 pub use config::{BINARIES, FleetConfig, default_state_dir, resolve_bin_dir, workspace_root};
+pub use lifeboat::{LifeboatConfig, LifeboatProcess, LifeboatStatus, lifeboat_bin_dir};
 pub use probes::{ClusterStatus, node_is_ready};
 pub use start::{ADDRESS_IN_USE, START_ATTEMPTS};
 pub use state::{ClusterRecord, FleetState, HealthEndpoint, Role, cleanup_stale, load_state};
@@ -45,7 +47,8 @@ use state::{remove_dir, save_state};
 /// The kwok stages of the fleet (how fake nodes and pods behave).
 pub const KWOK_STAGES: &str = include_str!("../../kwok/stages.yaml");
 
-const HUB: &str = "hub";
+/// The hub cluster's name.
+pub const HUB: &str = "hub";
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// A running fleet.
@@ -139,6 +142,7 @@ impl Fleet {
                 etcd_url: String::new(),
                 etcd: etcd.unstarted(),
                 clusters,
+                lifeboat: None,
             }),
             children: Mutex::new(HashMap::new()),
             teardown_on_drop: AtomicBool::new(true),
@@ -156,6 +160,10 @@ impl Fleet {
         }))
         .await?;
         tracing::info!(seconds = started.elapsed().as_secs_f64(), "fleet ready");
+        if let Some(lifeboat) = &config.lifeboat {
+            fleet.start_lifeboat(lifeboat, deadline).await?;
+            tracing::info!(seconds = started.elapsed().as_secs_f64(), "Lifeboat ready");
+        }
         Ok(fleet)
     }
 
@@ -455,6 +463,17 @@ impl Fleet {
                 .ok_or_else(|| Error::Invalid(format!("{cluster} has no {component}")))?
         };
         record.stop(child.as_mut(), STOP_GRACE)
+    }
+
+    /// Kills one process of a cluster with SIGKILL: no grace, no shutdown of its own.
+    fn kill_process(&self, cluster: &str, component: &str) -> Result<()> {
+        let mut child = self.children_lock().remove(&child_key(cluster, component));
+        let mut state = self.state_lock();
+        let record = state
+            .cluster_mut(cluster)?
+            .process_mut(component)
+            .ok_or_else(|| Error::Invalid(format!("{cluster} has no {component}")))?;
+        record.kill(child.as_mut())
     }
 
     /// Why a process is no longer running (None while it runs).

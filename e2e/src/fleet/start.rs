@@ -171,7 +171,8 @@ fn cluster_label(cluster: &str) -> String {
 
 /// True when a component's output says one of its ports was taken.
 fn port_taken(log: &str) -> bool {
-    log.contains(ADDRESS_IN_USE)
+    // Go says `address already in use`, Rust's io::Error `Address already in use`.
+    log.to_ascii_lowercase().contains(ADDRESS_IN_USE)
 }
 
 /// Time left until `deadline`.
@@ -190,6 +191,8 @@ mod tests {
             r#"{"level":"fatal","msg":"discovery failed","error":"listen tcp 127.0.0.1:53097: bind: address already in use"}"#,
             r#"E1123 11:22:32.809537 run.go:72] "command failed" err="failed to create listener: failed to listen on 127.0.0.1:37907: listen tcp 127.0.0.1:37907: bind: address already in use""#,
             "listen tcp 127.0.0.1:41000: bind: address already in use",
+            // lifeboat-hub and lifeboat-agent (Rust).
+            "Error: listening on 127.0.0.1:41000: Address already in use (os error 98)",
         ] {
             assert!(port_taken(log), "{log}");
         }

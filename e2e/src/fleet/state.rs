@@ -102,6 +102,9 @@ pub struct FleetState {
     pub etcd_url: String,
     pub etcd: ProcessRecord,
     pub clusters: Vec<ClusterRecord>,
+    /// Lifeboat's hubs and agents, once started (`fleet up --lifeboat`).
+    #[serde(default)]
+    pub lifeboat: Option<super::lifeboat::LifeboatState>,
 }
 
 impl FleetState {
@@ -223,6 +226,7 @@ mod tests {
                 processes: vec![apiserver.clone()],
                 health: vec![],
             }],
+            lifeboat: None,
         };
         save_state(&state).unwrap();
         std::thread::sleep(Duration::from_millis(100));
