@@ -7,6 +7,7 @@ pub mod faults;
 pub mod fleet;
 pub mod harness;
 pub mod kubeconfig;
+pub mod kubectl;
 pub mod nodes;
 pub mod pki;
 pub mod ports;

@@ -6,7 +6,7 @@
 //! (set up once, by whichever test comes first); each test works in its own namespace.
 
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +26,6 @@ use lifeboat_e2e::wait;
 use lifeboat_tls::{CertificateAuthority, ServingCertificate, Validity};
 use prometheus::Registry;
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
 use tokio::sync::OnceCell;
 
 const DEFAULT_QUEUE: &str = "system-default-queue";
@@ -38,7 +37,6 @@ const USER_LABEL: &str = "workload.codeflare.dev/user";
 const USERID_LABEL: &str = "workload.codeflare.dev/userid";
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
 const CRD_NAME: &str = "appwrappers.workload.codeflare.dev";
-const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn main() -> ExitCode {
     harness::run(
@@ -389,35 +387,7 @@ async fn kubectl(
     args: &[&str],
     stdin: Option<String>,
 ) -> Result<Result<String, String>, TestError> {
-    let mut command = tokio::process::Command::new("kubectl");
-    command
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .arg("--cache-dir")
-        .arg(cache_dir)
-        .args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = command.spawn()?;
-    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(input.as_bytes()).await?;
-    }
-    let output = tokio::time::timeout(KUBECTL_TIMEOUT, child.wait_with_output())
-        .await
-        .map_err(|_| format!("kubectl {args:?} did not finish in {KUBECTL_TIMEOUT:?}"))??;
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
-    Ok(if output.status.success() {
-        Ok(stdout)
-    } else {
-        Err(stderr)
-    })
+    lifeboat_e2e::kubectl::run(kubeconfig, Some(cache_dir), args, stdin).await
 }
 
 /// The rejection is our validating webhook's and names each field with its reason. kubectl
