@@ -83,6 +83,10 @@ bench: k8s-bins
 	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 100 --pods 1 --failures 0 --burst 100 --window 0
 	$(CARGO) bench -p lifeboat-agent --bench agent -- --appwrappers 1000 --pods 1 --failures 20 --burst 200 --window 0
 	$(CARGO) bench -p lifeboat-scheduler --bench schedule
+# Status ingestion through the agent API (HTTPS) into the status processor and a SQLite ledger:
+# every item a health transition (--flip), then the steady case.
+	$(CARGO) bench -p lifeboat-hub --bench agent_api -- --runs 3 --processor --flip
+	$(CARGO) bench -p lifeboat-hub --bench agent_api -- --runs 3 --processor
 # The ledger on SQLite and on a throwaway PostgreSQL that scripts/postgres.sh starts (or the
 # server in LIFEBOAT_TEST_DATABASE_URL); without the script only SQLite is measured.
 	bash scripts/postgres.sh $(CARGO) bench -p lifeboat-hub --bench ledger

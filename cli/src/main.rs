@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod convert;
+mod history;
 mod interpret;
 
 #[derive(Parser)]
@@ -20,6 +21,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Run Lua resource interpreters offline: one operation on files, or a conformance directory.
     Interpret(interpret::InterpretArgs),
+    /// The hub's event ledger: what happened to a binding, or on a cluster since a time.
+    History(history::HistoryArgs),
 }
 
 fn main() -> ExitCode {
@@ -27,6 +30,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Convert(args) => convert::run(args),
         Command::Interpret(args) => interpret::run(args),
+        Command::History(args) => history::run(args),
     };
     match result {
         Ok(code) => code,

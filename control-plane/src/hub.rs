@@ -35,6 +35,7 @@ use crate::binder::{Binder, BinderMetrics, Caches};
 use crate::clusters::{ClusterHealthConfig, ClusterHealthMonitor};
 use crate::interpreters::{InterpreterHandle, Interpreters};
 use crate::leadership::LeaderState;
+use crate::ledger::{Ledger, LedgerFeed, LedgerMetrics, LedgerWriter, LedgerWriterTask};
 use crate::placement::SchedulerPlacer;
 use crate::processor::{self, ProcessorDeps, ProcessorMetrics};
 use crate::templates::{self, KindsSynced, Templates};
@@ -77,6 +78,8 @@ pub struct HubOptions {
     pub scheduler: SchedulerConfig,
     /// Bindings evicted per second from lost or deleted clusters (cluster failover).
     pub cluster_eviction_rate: f64,
+    /// The event ledger: `sqlite://PATH` or `postgres://...` (see [`crate::ledger::Ledger::connect`]).
+    pub database_url: String,
 }
 
 /// Why the hub stopped. Each variant names the step.
@@ -114,6 +117,8 @@ pub enum HubError {
     },
     #[error("lost the leader Lease; exiting so that a new term starts from a fresh epoch")]
     LostLeadership,
+    #[error("the event ledger: {0}")]
+    Ledger(#[from] crate::ledger::LedgerError),
 }
 
 /// A client of the hub cluster.
@@ -271,7 +276,32 @@ pub async fn run(
         }
     }
     ensure_namespace(&client, &options.agent_api.namespace).await?;
+    // The ledger's migrations run here: a database the hub cannot use stops it at start.
+    let ledger = Ledger::connect(&options.database_url).await?;
+    tracing::info!(backend = ledger.backend().as_str(), "event ledger ready");
+    let (ledger_writer, ledger_task) =
+        LedgerWriter::spawn(ledger, LedgerMetrics::new(&registry)?, Default::default());
+    let result = lead(options, registry, shutdown, client, ledger_writer).await;
+    close_ledger(ledger_task).await;
+    result
+}
 
+/// Writes what the ledger writer still holds, once every loop that records is done.
+async fn close_ledger(task: LedgerWriterTask) {
+    match task.shutdown().await {
+        Ok(()) => tracing::info!("event ledger flushed"),
+        Err(error) => tracing::error!(%error, "event ledger: events lost"),
+    }
+}
+
+/// The hub's loops, from the caches to the end of the leader term (or `shutdown`).
+async fn lead(
+    options: HubOptions,
+    registry: Registry,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    client: kube::Client,
+    ledger_writer: LedgerWriter,
+) -> Result<(), HubError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -416,6 +446,11 @@ pub async fn run(
 
     // The work store, the status intake and processor, the agent API.
     let work = Arc::new(WorkStore::new(new_epoch()));
+    // Only the leader records: the feed checks the leader state on every event.
+    let ledger = LedgerFeed::new(ledger_writer, leader_rx.clone());
+    let _ = work.observe(ledger.work_observer());
+    let (health_tx, health_rx) = mpsc::unbounded_channel();
+    tokio::spawn(ledger.clone().health_transitions(health_rx, work.clone()));
     let (intake, receiver) = crate::intake::channel(1024);
     let processor_metrics = ProcessorMetrics::new(&registry)?;
     let _status = processor::run(
@@ -426,7 +461,7 @@ pub async fn run(
             work: work.clone(),
             interpreters: interpreters.clone(),
             metrics: processor_metrics,
-            transitions: None,
+            transitions: Some(health_tx),
             written: None,
             write_concurrency: options.status_writers.max(1),
         },
@@ -474,6 +509,7 @@ pub async fn run(
     // Cluster health (acts only while leading).
     let monitor =
         ClusterHealthMonitor::new(options.cluster_health.clone(), client.clone(), &registry)?;
+    tokio::spawn(ledger.clone().cluster_transitions(monitor.subscribe()));
     tokio::spawn(monitor.run(leader_rx.clone(), stopped(stop_rx.clone())));
 
     // Templates and the binder.

@@ -12,6 +12,7 @@ use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
 use lifeboat_hub::agentapi::AgentApiConfig;
 use lifeboat_hub::clusters::ClusterHealthConfig;
 use lifeboat_hub::hub::{self, AgentApiTls, HubOptions};
+use lifeboat_hub::ledger::DEFAULT_DATABASE_URL;
 use lifeboat_runtime::leader::flags::LeaderElectionArgs;
 use lifeboat_scheduler::SchedulerConfig;
 use lifeboat_tls::PemFiles;
@@ -81,6 +82,11 @@ struct Args {
     no_install_crds: bool,
     #[command(flatten)]
     leader_election: LeaderElectionArgs,
+    /// The event ledger's database: `sqlite://PATH` (created when missing; relative to the
+    /// working directory) or `postgres://USER:PASSWORD@HOST/DB`. Default: the SQLite file
+    /// lifeboat-ledger.db in the working directory.
+    #[arg(long, env = "LIFEBOAT_DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
+    database_url: String,
 }
 
 impl Args {
@@ -137,6 +143,7 @@ impl Args {
             status_writers: self.status_writers,
             scheduler,
             cluster_eviction_rate: self.cluster_eviction_rate,
+            database_url: self.database_url.clone(),
         })
     }
 }
@@ -175,6 +182,13 @@ mod tests {
             matches!(o.agent_api_tls, AgentApiTls::CaSecret { ref secret, .. } if secret == "lifeboat-hub-ca")
         );
         assert_eq!(o.agent_api.lease_duration, Duration::from_secs(40));
+        assert_eq!(o.database_url, "sqlite://lifeboat-ledger.db");
+        assert_eq!(
+            options(&["--database-url", "postgres://u:p@db/ledger"])
+                .unwrap()
+                .database_url,
+            "postgres://u:p@db/ledger"
+        );
         assert!(
             options(&["--leader-elect=false"])
                 .unwrap()

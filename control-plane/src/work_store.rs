@@ -9,7 +9,7 @@
 //! compaction point are dropped, and a cursor older than that point gets a full snapshot.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use lifeboat_api::protocol::{Cursor, Work, WorkEvent, WorkKey};
 use tokio::sync::watch;
@@ -63,6 +63,23 @@ impl ClusterSlot {
     }
 }
 
+/// A change of one cluster's desired work, as the store made it (for the ledger).
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkChange {
+    /// New or changed work sent to `cluster` (`work.revision` is the revision it took).
+    Dispatched { cluster: String, work: Arc<Work> },
+    /// Work taken off `cluster` at `revision`.
+    Withdrawn {
+        cluster: String,
+        key: WorkKey,
+        binding_uid: String,
+        revision: i64,
+    },
+}
+
+/// Sees every change the store makes, after the cluster's lock is released.
+pub type WorkObserver = Box<dyn Fn(WorkChange) + Send + Sync>;
+
 /// Desired work per cluster.
 pub struct WorkStore {
     epoch: String,
@@ -71,6 +88,7 @@ pub struct WorkStore {
     /// False until the hub has dispatched every binding once: an agent must not receive a
     /// full snapshot before then, or it would remove work that is merely not loaded yet.
     ready: watch::Sender<bool>,
+    observer: OnceLock<WorkObserver>,
 }
 
 impl WorkStore {
@@ -81,6 +99,19 @@ impl WorkStore {
             tombstone_limit: DEFAULT_TOMBSTONE_LIMIT,
             clusters: RwLock::new(HashMap::new()),
             ready: watch::channel(false).0,
+            observer: OnceLock::new(),
+        }
+    }
+
+    /// Hands every later change to `observer` (one observer per store; a second is refused and
+    /// handed back).
+    pub fn observe(&self, observer: WorkObserver) -> Result<(), WorkObserver> {
+        self.observer.set(observer)
+    }
+
+    fn notify(&self, change: impl FnOnce() -> WorkChange) {
+        if let Some(observer) = self.observer.get() {
+            observer(change());
         }
     }
 
@@ -155,16 +186,22 @@ impl WorkStore {
             let revision = state.revision;
             work.revision = revision;
             state.tombstones.remove(&work.key);
+            let work = Arc::new(work);
             state.items.insert(
                 work.key.clone(),
                 Entry {
                     revision,
-                    work: Arc::new(work),
+                    work: work.clone(),
                 },
             );
-            revision
+            (revision, work)
         };
+        let (revision, work) = revision;
         slot.revision.send_replace(revision);
+        self.notify(|| WorkChange::Dispatched {
+            cluster: cluster.to_string(),
+            work,
+        });
         Some(revision)
     }
 
@@ -174,7 +211,7 @@ impl WorkStore {
         let slot = self.existing_slot(cluster)?;
         let revision = {
             let mut state = slot.lock();
-            state.items.remove(key)?;
+            let removed = state.items.remove(key)?;
             state.revision += 1;
             let revision = state.revision;
             state.tombstones.insert(key.clone(), revision);
@@ -182,9 +219,16 @@ impl WorkStore {
             if state.tombstones.len() > limit {
                 compact(&mut state, limit);
             }
-            revision
+            (revision, removed.work.binding_uid.clone())
         };
+        let (revision, binding_uid) = revision;
         slot.revision.send_replace(revision);
+        self.notify(|| WorkChange::Withdrawn {
+            cluster: cluster.to_string(),
+            key: key.clone(),
+            binding_uid,
+            revision,
+        });
         Some(revision)
     }
 
@@ -353,6 +397,50 @@ mod tests {
                 other => format!("{other:?}"),
             })
             .collect()
+    }
+
+    #[test]
+    fn the_observer_sees_each_change_once_and_no_no_ops() {
+        let store = WorkStore::new("e1");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        assert!(
+            store
+                .observe(Box::new(move |change| {
+                    let line = match change {
+                        WorkChange::Dispatched { cluster, work } => {
+                            format!(
+                                "+{cluster}/{}@{} {}",
+                                work.key.name, work.revision, work.binding_uid
+                            )
+                        }
+                        WorkChange::Withdrawn {
+                            cluster,
+                            key,
+                            binding_uid,
+                            revision,
+                        } => format!("-{cluster}/{}@{revision} {binding_uid}", key.name),
+                    };
+                    sink.lock().unwrap().push(line);
+                }))
+                .is_ok()
+        );
+        assert!(store.observe(Box::new(|_| {})).is_err(), "one observer");
+        store.upsert("m1", work("a", 1));
+        store.upsert("m1", work("a", 1)); // unchanged: no event
+        store.upsert("m1", work("a", 2));
+        store.upsert("m2", work("a", 2));
+        store.remove("m1", &key("a"));
+        store.remove("m1", &key("a")); // not there any more: no event
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "+m1/a@1 uid-a",
+                "+m1/a@2 uid-a",
+                "+m2/a@1 uid-a",
+                "-m1/a@3 uid-a"
+            ]
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! An AppWrapper applied to the hub with a PropagationPolicy that names member-2 runs in
 //! member-2 (and not in member-1); its health per cluster is on its ResourceBinding and its phase
 //! on the hub's AppWrapper. A policy that no cluster satisfies leaves the binding with
-//! `Scheduled=False` and a reason per cluster.
+//! `Scheduled=False` and a reason per cluster. The hub's event ledger (a SQLite file) then holds
+//! the binding's dispatch to member-2, its health transition to Healthy there and member-2's
+//! transition to Ready, read with the ledger's own queries.
 
 mod support;
 
@@ -182,6 +184,8 @@ async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestRes
         }
     })
     .await?;
+    let binding_uid = binding.metadata.uid.clone().unwrap_or_default();
+    ledger_has_the_run(&ctx, &ns, &binding_name, &binding_uid, &first, &second).await?;
     wait::until("the hub's AppWrapper shows Running", T, || async {
         let aw = appwrappers.get("train").await.map_err(|e| e.to_string())?;
         match aw.data["status"]["phase"].as_str() {
@@ -295,5 +299,69 @@ async fn hub_runs_no_workloads(ctx: Arc<TestContext>) -> TestResult {
             .is_empty(),
         "pods on the hub"
     );
+    Ok(())
+}
+
+/// The ledger holds the binding's dispatch to `second` (none to `first`), its health transition
+/// to Healthy there, and `second`'s transition to Ready, as the ledger's queries return them.
+async fn ledger_has_the_run(
+    ctx: &TestContext,
+    namespace: &str,
+    binding: &str,
+    uid: &str,
+    first: &str,
+    second: &str,
+) -> TestResult {
+    use lifeboat_hub::ledger::{EventKind, Ledger};
+    let path = tempfile_dir(&ctx.namespace)?.join("ledger.db");
+    let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await?;
+    let of_this_binding = |r: &lifeboat_hub::ledger::LedgerRecord| {
+        r.event.binding.as_ref().and_then(|b| b.uid.as_deref()) == Some(uid)
+    };
+    wait::until(
+        "the ledger records the dispatch and the health transition",
+        T,
+        || async {
+            let history = ledger
+                .history_of_binding(namespace, binding, 100)
+                .await
+                .map_err(|e| e.to_string())?;
+            let dispatched = history.iter().any(|r| {
+                of_this_binding(r)
+                    && r.event.kind == EventKind::Dispatch
+                    && r.event.cluster.as_deref() == Some(second)
+                    && r.event.to.as_deref() == Some("Dispatched")
+                    && r.event.details["revision"].as_i64().is_some_and(|v| v > 0)
+                    && r.event.details["kind"] == "AppWrapper"
+            });
+            let healthy = history.iter().any(|r| {
+                of_this_binding(r)
+                    && r.event.kind == EventKind::HealthTransition
+                    && r.event.cluster.as_deref() == Some(second)
+                    && r.event.to.as_deref() == Some("Healthy")
+            });
+            if history
+                .iter()
+                .any(|r| r.event.cluster.as_deref() == Some(first))
+            {
+                return Err(format!("events on {first}: {history:?}"));
+            }
+            if dispatched && healthy {
+                Ok(())
+            } else {
+                Err(format!("history {history:?}"))
+            }
+        },
+    )
+    .await?;
+    let on_second = ledger
+        .cluster_since(second, chrono::DateTime::UNIX_EPOCH, 1000)
+        .await?;
+    if !on_second.iter().any(|r| {
+        r.event.kind == EventKind::ClusterTransition && r.event.to.as_deref() == Some("Ready")
+    }) {
+        return Err(format!("no Ready transition of {second}: {on_second:?}").into());
+    }
+    ledger.close().await;
     Ok(())
 }

@@ -8,15 +8,19 @@
 //!   direct append and the two history queries.
 //! - [`LedgerWriter`]: the batched writer the hub's loops record through, with its metrics
 //!   ([`LedgerMetrics`]).
+//! - [`feed`]: the events the hub records (dispatches, health and cluster transitions) and
+//!   [`LedgerFeed`], which hands them to the writer while this process leads.
 
 mod error;
 mod event;
+pub mod feed;
 mod metrics;
 mod store;
 mod writer;
 
 pub use error::{Backend, LedgerError};
 pub use event::{BindingRef, EventKind, LedgerEvent, LedgerRecord};
+pub use feed::LedgerFeed;
 pub use metrics::LedgerMetrics;
 pub use store::{DEFAULT_DATABASE_URL, Ledger, LedgerPool, LedgerQuery};
 pub use writer::{LedgerWriter, LedgerWriterTask, WriterConfig};

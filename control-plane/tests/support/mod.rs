@@ -142,10 +142,33 @@ impl Hub {
         epoch: &str,
         configure: impl FnOnce(&mut AgentApiConfig),
     ) -> Result<Hub, TestError> {
-        ensure_cluster_crd(&client).await?;
-        ensure_namespace(&client, namespace).await?;
+        let (work, bootstrap) = Self::prepare(&client, namespace, epoch).await?;
+        Self::with_work(client, namespace, work, bootstrap, configure).await
+    }
+
+    /// [`Hub::start`] whose reports go to `intake` (e.g. the real status processor) instead of
+    /// the stand-in; `batches` and `taken` stay empty.
+    pub async fn start_with_intake(
+        client: kube::Client,
+        namespace: &str,
+        epoch: &str,
+        intake: intake::StatusIntake,
+    ) -> Result<Hub, TestError> {
+        let (work, bootstrap) = Self::prepare(&client, namespace, epoch).await?;
+        Self::with_intake(client, namespace, work, bootstrap, intake, |_| {})
+    }
+
+    /// The namespace, the Cluster CRD and a bootstrap token on the hub apiserver, and a
+    /// complete work store of `epoch`.
+    async fn prepare(
+        client: &kube::Client,
+        namespace: &str,
+        epoch: &str,
+    ) -> Result<(Arc<WorkStore>, String), TestError> {
+        ensure_cluster_crd(client).await?;
+        ensure_namespace(client, namespace).await?;
         let bootstrap = format!("{namespace}-bootstrap-0123456789abcdef0123456789");
-        match bootstrap_token(&client, namespace, "bootstrap-any", &bootstrap, None, None).await {
+        match bootstrap_token(client, namespace, "bootstrap-any", &bootstrap, None, None).await {
             Ok(()) => {}
             Err(e) if e.to_string().contains("already exists") => {}
             Err(e) => return Err(e),
@@ -153,7 +176,7 @@ impl Hub {
         let work = Arc::new(WorkStore::new(epoch));
         // The binder's first pass is not part of these tests: the store is complete as it is.
         work.mark_ready();
-        Self::with_work(client, namespace, work, bootstrap, configure).await
+        Ok((work, bootstrap))
     }
 
     /// [`Hub::start`] whose processor stand-in only counts what it takes (for the bench: no
@@ -178,6 +201,7 @@ impl Hub {
         configure: impl FnOnce(&mut AgentApiConfig),
     ) -> Result<Hub, TestError> {
         let (intake, mut receiver) = intake::channel(64);
+        let mut hub = Self::with_intake(client, namespace, work, bootstrap, intake, configure)?;
         let batches = Arc::new(Mutex::new(Vec::new()));
         let recorded = batches.clone();
         let record = Arc::new(AtomicBool::new(true));
@@ -199,6 +223,19 @@ impl Hub {
                 });
             }
         });
+        (hub.batches, hub.record, hub.taken) = (batches, record, taken);
+        Ok(hub)
+    }
+
+    /// An agent API on `namespace` whose reports go to `intake`.
+    pub fn with_intake(
+        client: kube::Client,
+        namespace: &str,
+        work: Arc<WorkStore>,
+        bootstrap: String,
+        intake: intake::StatusIntake,
+        configure: impl FnOnce(&mut AgentApiConfig),
+    ) -> Result<Hub, TestError> {
         let (leader, leadership) = watch::channel(LeaderState::leader());
         let registry = prometheus::Registry::new();
         let mut config = AgentApiConfig {
@@ -221,9 +258,9 @@ impl Hub {
             api,
             app,
             work,
-            batches,
-            record,
-            taken,
+            batches: Arc::new(Mutex::new(Vec::new())),
+            record: Arc::new(AtomicBool::new(false)),
+            taken: Arc::new(AtomicU64::new(0)),
             leader,
             registry,
             client,

@@ -538,6 +538,11 @@ fn hub_component(
         .parent()
         .unwrap_or(Path::new("."))
         .join(format!("{name}.log"));
+    // One ledger for every replica (only the leader writes), in the hub's state folder.
+    let ledger = kubeconfig
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("lifeboat-ledger.db");
     let kubeconfig = kubeconfig.to_path_buf();
     let (lease, heartbeat) = (config.cluster_lease_seconds, config.heartbeat_seconds);
     Component::new(
@@ -556,6 +561,7 @@ fn hub_component(
                 format!("--agent-api-ca-secret={HUB_CA_SECRET}"),
                 format!("--cluster-lease-seconds={lease}"),
                 format!("--heartbeat-seconds={heartbeat}"),
+                format!("--database-url=sqlite://{}", ledger.display()),
                 "--leader-elect=true".into(),
                 format!("--leader-elect-lease-name={HUB_LEASE}"),
                 // A stable identity: a restarted replica takes its own Lease back at once.

@@ -59,6 +59,7 @@ pub async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
         status_writers: 2,
         scheduler: Default::default(),
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
+        database_url: ledger_url(&ctx.namespace)?,
     };
     tokio::spawn(async move {
         let result =
@@ -168,4 +169,13 @@ pub async fn until_clusters_ready(
         .await?;
     }
     Ok(())
+}
+
+/// The hub's ledger of this test: a SQLite file beside the agents' files, new for each run.
+pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
+    let path = tempfile_dir(namespace)?.join("ledger.db");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    Ok(format!("sqlite://{}", path.display()))
 }
