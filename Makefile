@@ -90,3 +90,7 @@ bench: k8s-bins
 # The ledger on SQLite and on a throwaway PostgreSQL that scripts/postgres.sh starts (or the
 # server in LIFEBOAT_TEST_DATABASE_URL); without the script only SQLite is measured.
 	bash scripts/postgres.sh $(CARGO) bench -p lifeboat-hub --bench ledger
+# The hub end to end on a fleet: 1,000 AppWrappers to bindings Scheduled=True with 100 simulated
+# agents, then the hub's memory at 10,000 bindings on 10 clusters.
+	$(CARGO) bench -p lifeboat-hub --bench hub_e2e -- --runs 3
+	$(CARGO) bench -p lifeboat-hub --bench hub_e2e -- --memory

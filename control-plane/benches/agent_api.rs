@@ -30,7 +30,7 @@ use http_body_util::BodyExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use lifeboat_api::protocol::{self, StatusReport, StatusResponse, WorkStatus};
-use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
+use lifeboat_e2e::fleet::{Fleet, workspace_root};
 use lifeboat_hub::intake;
 use lifeboat_hub::interpreters::{InterpreterHandle, Interpreters};
 use lifeboat_hub::leadership::LeaderState;
@@ -486,30 +486,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("tokio runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let mut config = FleetConfig::new(workspace_root().join("target/e2e-fleets/agent-api-bench"));
-    config.members = 1;
-    config.nodes_per_member = 1;
-    let fleet = match runtime.block_on(Fleet::up(config)) {
-        Ok(f) => f,
-        Err(e) => {
-            eprintln!("fleet up: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(bench(&fleet, &args));
-    fleet.teardown();
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bench failed: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    support::on_fleet("agent-api-bench", |fleet| async move {
+        bench(&fleet, &args).await
+    })
 }

@@ -62,8 +62,10 @@ struct Args {
     /// How often agents heartbeat (seconds).
     #[arg(long, default_value_t = 10)]
     heartbeat_seconds: u64,
-    /// Templates bound in parallel.
-    #[arg(long, default_value_t = 4)]
+    /// Templates bound in parallel. Each binding waits on two apiserver writes (spec, then
+    /// status), so the workers, not the CPU, bound the binding rate: 4 gave about 20 bindings/s
+    /// on the local fleet, 32 follows the create rate (BENCHMARKS.md, hub end to end).
+    #[arg(long, default_value_t = 32)]
     binder_workers: usize,
     /// Binding status writes in parallel.
     #[arg(long, default_value_t = 8)]

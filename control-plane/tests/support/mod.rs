@@ -603,3 +603,41 @@ pub fn https_client(tls: rustls::ClientConfig) -> HttpsClient {
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
         .build(connector)
 }
+
+/// A bench's main: a fresh fleet of one member with one node under
+/// `target/e2e-fleets/{name}`, `bench` on it, then the fleet torn down (after the runtime's tasks
+/// are stopped, so nothing calls an apiserver that is going away).
+pub fn on_fleet<F, Fut>(name: &str, bench: F) -> std::process::ExitCode
+where
+    F: FnOnce(Arc<lifeboat_e2e::fleet::Fleet>) -> Fut,
+    Fut: Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+{
+    use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("tokio runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let mut config = FleetConfig::new(workspace_root().join("target/e2e-fleets").join(name));
+    config.members = 1;
+    config.nodes_per_member = 1;
+    let fleet = match runtime.block_on(Fleet::up(config)) {
+        Ok(f) => Arc::new(f),
+        Err(e) => {
+            eprintln!("fleet up: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(bench(fleet.clone()));
+    runtime.shutdown_background();
+    fleet.teardown();
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench failed: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
