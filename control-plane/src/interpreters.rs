@@ -7,6 +7,7 @@
 //! so an evaluation never sees half an update. A customization that does not compile is left out
 //! (with its error reported), never blocking the others.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use lifeboat_api::config::ResourceInterpreterCustomization as CustomizationObject;
@@ -20,7 +21,11 @@ use serde_json::Value;
 pub struct Interpreters {
     user: Interpreter,
     builtin: Arc<Interpreter>,
+    generation: u64,
 }
+
+/// Source of [`Interpreters::generation`]: every layering gets a new one.
+static GENERATIONS: AtomicU64 = AtomicU64::new(1);
 
 /// A customization that could not be loaded, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +60,22 @@ impl Interpreters {
                 rejected.push(Rejected { name, reason });
             }
         }
-        (Interpreters { user, builtin }, rejected)
+        let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
+        (
+            Interpreters {
+                user,
+                builtin,
+                generation,
+            },
+            rejected,
+        )
+    }
+
+    /// Identifies this layering: two `Interpreters` with the same generation are the same
+    /// scripts, so a result remembered under one generation holds only for that generation
+    /// (the status processor's interpretation cache is keyed by it).
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     fn pick(&self, object: &Value, operation: Operation) -> &Interpreter {

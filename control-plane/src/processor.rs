@@ -4,12 +4,17 @@
 //!
 //! [`StatusState`] is the decision core, IO-free: it checks each report against the cluster's
 //! assigned work, refuses replays (a report older than the last one taken for that binding and
-//! cluster), runs the interpreters and folds the result in. [`run`] is the IO around it: a thread
-//! that takes batches from the intake (Lua is CPU work, kept off the async executor) and a writer
-//! task that applies dirty bindings' status with server-side apply.
+//! cluster), runs the interpreters and folds the result in. An observed object identical to the
+//! one last interpreted for that binding and cluster, under the same interpreters, is not
+//! interpreted again (same input, same verdict): agents report every object periodically and
+//! most reports repeat the last. [`run`] is the IO around it: a thread that takes batches from
+//! the intake (Lua is CPU work, kept off the async executor), interprets what the cache does not
+//! hold on up to one thread per core outside the state's lock, and folds the batch in order; and
+//! a writer task that applies dirty bindings' status with server-side apply.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -57,6 +62,110 @@ struct Tracked {
     items: BTreeMap<String, AggregatedStatusItem>,
     /// The agent's `observedAt` of the last report taken, per cluster (replay protection).
     last_report: HashMap<String, Time>,
+    /// The last interpretation per cluster (the interpretation cache).
+    interpreted: HashMap<String, Interpreted>,
+}
+
+/// Identifies an observed object under one set of interpreters: equal fingerprints mean the
+/// same object (128 bits of SipHash over the whole JSON value) and the same scripts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprint {
+    generation: u64,
+    object: u128,
+}
+
+impl Fingerprint {
+    /// The fingerprint of `observed` under `interpreters`.
+    pub fn of(observed: &serde_json::Value, interpreters: &Interpreters) -> Fingerprint {
+        // Two independently keyed hashers, shared by every thread of the process.
+        static KEYS: OnceLock<(std::hash::RandomState, std::hash::RandomState)> = OnceLock::new();
+        let (k1, k2) =
+            KEYS.get_or_init(|| (std::hash::RandomState::new(), std::hash::RandomState::new()));
+        let mut both = BothHashers(k1.build_hasher(), k2.build_hasher());
+        observed.hash(&mut both);
+        Fingerprint {
+            generation: interpreters.generation(),
+            object: (u128::from(both.0.finish()) << 64) | u128::from(both.1.finish()),
+        }
+    }
+}
+
+/// Feeds one walk over a value to two hashers.
+struct BothHashers<H: Hasher>(H, H);
+
+impl<H: Hasher> Hasher for BothHashers<H> {
+    fn write(&mut self, bytes: &[u8]) {
+        self.0.write(bytes);
+        self.1.write(bytes);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0.finish() ^ self.1.finish()
+    }
+}
+
+/// What the interpreters made of one observed object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Interpreted {
+    fingerprint: Fingerprint,
+    verdict: HealthVerdict,
+    reflected: Option<serde_json::Value>,
+}
+
+impl Interpreted {
+    /// Runs InterpretHealth and ReflectStatus on `observed` (whose fingerprint is `fingerprint`).
+    pub fn run(
+        observed: &serde_json::Value,
+        fingerprint: Fingerprint,
+        interpreters: &Interpreters,
+    ) -> Interpreted {
+        let (verdict, reflected) = interpret(interpreters, observed);
+        Interpreted {
+            fingerprint,
+            verdict,
+            reflected,
+        }
+    }
+}
+
+/// Fewest cache misses per thread worth a thread of its own.
+const MIN_ITEMS_PER_THREAD: usize = 32;
+
+/// Interprets the items of `batch` at `misses` (index and fingerprint, from
+/// [`StatusState::misses`]) on up to `threads` threads (the calling one included). Pure CPU
+/// work over shared read-only input: each item's result is its own, so the fold that follows
+/// keeps the batch's order whatever thread interpreted what.
+pub fn interpret_items(
+    batch: &StatusBatch,
+    misses: &[(usize, Fingerprint)],
+    interpreters: &Interpreters,
+    threads: usize,
+) -> HashMap<usize, Interpreted> {
+    let one = |(i, print): &(usize, Fingerprint)| {
+        let observed = batch.report.items.get(*i)?.observed.as_ref()?;
+        Some((*i, Interpreted::run(observed, *print, interpreters)))
+    };
+    let threads = threads.min(misses.len() / MIN_ITEMS_PER_THREAD).max(1);
+    if threads == 1 {
+        return misses.iter().filter_map(one).collect();
+    }
+    let chunk = misses.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut chunks = misses.chunks(chunk);
+        let first = chunks.next().unwrap_or_default();
+        let others: Vec<_> = chunks
+            .map(|c| scope.spawn(move || c.iter().filter_map(one).collect::<Vec<_>>()))
+            .collect();
+        let mut all: HashMap<usize, Interpreted> = first.iter().filter_map(one).collect();
+        for handle in others {
+            match handle.join() {
+                Ok(results) => all.extend(results),
+                // A panicking interpretation is not cached; the fold interprets the item itself.
+                Err(_) => tracing::error!("an interpreting thread panicked"),
+            }
+        }
+        all
+    })
 }
 
 /// Per-binding status as the processor knows it.
@@ -65,9 +174,15 @@ pub struct StatusState {
     bindings: HashMap<WorkKey, Tracked>,
 }
 
+/// Threads that interpret a batch: one per core.
+fn interpret_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl StatusState {
     /// Folds a batch in. `binding` finds the binding of a key (the processor seeds a binding it
     /// has not seen yet from the binding's own status, so timers survive a hub restart).
+    /// [`run`] does the same in steps, interpreting outside the state's lock.
     pub fn process(
         &mut self,
         batch: &StatusBatch,
@@ -76,10 +191,63 @@ impl StatusState {
         interpreters: &Interpreters,
         now: &Time,
     ) -> Processed {
+        let prints = fingerprints(batch, interpreters);
+        let misses = self.misses(batch, &prints);
+        let fresh = interpret_items(batch, &misses, interpreters, interpret_threads());
+        self.fold(batch, work, binding, interpreters, &prints, fresh, now)
+    }
+
+    /// The items of `batch` (index and fingerprint) whose observed object is not the one last
+    /// interpreted for that binding and cluster (`prints` from [`fingerprints`]).
+    pub fn misses(
+        &self,
+        batch: &StatusBatch,
+        prints: &[Option<Fingerprint>],
+    ) -> Vec<(usize, Fingerprint)> {
+        batch
+            .report
+            .items
+            .iter()
+            .zip(prints)
+            .enumerate()
+            .filter_map(|(i, (report, print))| {
+                let print = (*print)?;
+                self.cached(&batch.cluster, report)
+                    .is_none_or(|c| c.fingerprint != print)
+                    .then_some((i, print))
+            })
+            .collect()
+    }
+
+    fn cached(&self, cluster: &str, report: &WorkStatus) -> Option<&Interpreted> {
+        self.bindings
+            .get(&report.key)
+            .filter(|t| t.uid == report.binding_uid)
+            .and_then(|t| t.interpreted.get(cluster))
+    }
+
+    /// Folds a batch in, in order, with `fresh` interpretations of (some of) its items by index;
+    /// an item with neither a fresh nor a cached interpretation is interpreted here.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fold(
+        &mut self,
+        batch: &StatusBatch,
+        work: &WorkStore,
+        binding: impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
+        interpreters: &Interpreters,
+        prints: &[Option<Fingerprint>],
+        mut fresh: HashMap<usize, Interpreted>,
+        now: &Time,
+    ) -> Processed {
         let mut processed = Processed::default();
         let mut dirty = HashSet::new();
-        for report in &batch.report.items {
-            match self.take(&batch.cluster, report, work, &binding, interpreters, now) {
+        for (i, report) in batch.report.items.iter().enumerate() {
+            let interpretation = Interpretation {
+                print: prints.get(i).copied().flatten(),
+                fresh: fresh.remove(&i),
+                interpreters,
+            };
+            match self.take(&batch.cluster, report, work, &binding, interpretation, now) {
                 Ok(update) => {
                     processed.response.accepted += 1;
                     if let Some(transition) = update {
@@ -109,7 +277,7 @@ impl StatusState {
         report: &WorkStatus,
         work: &WorkStore,
         binding: &impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
-        interpreters: &Interpreters,
+        interpretation: Interpretation<'_>,
         now: &Time,
     ) -> Result<Option<Option<HealthTransition>>, String> {
         let assigned = work
@@ -158,8 +326,30 @@ impl StatusState {
             }
         }
         let (verdict, reflected) = match &report.observed {
-            Some(observed) => interpret(interpreters, observed),
-            None => (HealthVerdict::NoRule, None),
+            Some(observed) => {
+                let interpreters = interpretation.interpreters;
+                let print = interpretation
+                    .print
+                    .unwrap_or_else(|| Fingerprint::of(observed, interpreters));
+                match tracked.interpreted.get(cluster) {
+                    Some(cached) if cached.fingerprint == print => {
+                        (cached.verdict.clone(), cached.reflected.clone())
+                    }
+                    _ => {
+                        let interpreted = interpretation
+                            .fresh
+                            .filter(|f| f.fingerprint == print)
+                            .unwrap_or_else(|| Interpreted::run(observed, print, interpreters));
+                        let result = (interpreted.verdict.clone(), interpreted.reflected.clone());
+                        tracked.interpreted.insert(cluster.to_string(), interpreted);
+                        result
+                    }
+                }
+            }
+            None => {
+                tracked.interpreted.remove(cluster);
+                (HealthVerdict::NoRule, None)
+            }
         };
         let update = status::next_item(
             tracked.items.get(cluster),
@@ -214,6 +404,27 @@ impl StatusState {
     pub fn is_empty(&self) -> bool {
         self.bindings.is_empty()
     }
+}
+
+/// The fingerprints of a batch's observed objects, by index (`None`: no object).
+pub fn fingerprints(batch: &StatusBatch, interpreters: &Interpreters) -> Vec<Option<Fingerprint>> {
+    batch
+        .report
+        .items
+        .iter()
+        .map(|r| {
+            r.observed
+                .as_ref()
+                .map(|o| Fingerprint::of(o, interpreters))
+        })
+        .collect()
+}
+
+/// How [`StatusState::take`] gets an item's interpretation.
+struct Interpretation<'a> {
+    print: Option<Fingerprint>,
+    fresh: Option<Interpreted>,
+    interpreters: &'a Interpreters,
 }
 
 /// Health and reflected status of an observed object. A kind without a ReflectStatus rule
@@ -329,6 +540,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
     let interpreters = deps.interpreters.clone();
     let metrics = deps.metrics.clone();
     let transitions = deps.transitions.clone();
+    let threads = interpret_threads();
     let spawned = std::thread::Builder::new()
         .name("status-processor".into())
         .spawn(move || {
@@ -336,16 +548,23 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
                 let started = Instant::now();
                 let now = Time(k8s_openapi::jiff::Timestamp::now());
                 let current = interpreters.current();
-                let processed = {
-                    let mut guard = thread_state.lock().unwrap_or_else(|e| e.into_inner());
-                    guard.process(
-                        &submission.batch,
-                        &work,
-                        |key| bindings.get(&ObjectRef::new(&key.name).within(&key.namespace)),
-                        &current,
-                        &now,
-                    )
-                };
+                let batch = &submission.batch;
+                let prints = fingerprints(batch, &current);
+                let misses = thread_state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .misses(batch, &prints);
+                // The Lua work, outside the lock (the status writer reads the state meanwhile).
+                let fresh = interpret_items(batch, &misses, &current, threads);
+                let processed = thread_state.lock().unwrap_or_else(|e| e.into_inner()).fold(
+                    batch,
+                    &work,
+                    |key| bindings.get(&ObjectRef::new(&key.name).within(&key.namespace)),
+                    &current,
+                    &prints,
+                    fresh,
+                    &now,
+                );
                 metrics
                     .items
                     .with_label_values(&["accepted"])
@@ -762,5 +981,187 @@ mod tests {
         binding.status = Some(serde_json::from_value(patch["status"].clone()).unwrap());
         let (_, changed) = status_patch(&binding, items, &at(2));
         assert!(!changed);
+    }
+
+    fn appwrapper_customization(script: &str) -> Interpreters {
+        let builtin =
+            Interpreters::builtin(Arc::new(Runtime::new(RuntimeConfig::default()))).unwrap();
+        let object: lifeboat_api::config::ResourceInterpreterCustomization =
+            serde_json::from_value(json!({
+                "apiVersion": "config.lifeboat.dev/v1alpha1",
+                "kind": "ResourceInterpreterCustomization",
+                "metadata": {"name": "appwrapper-health"},
+                "spec": {
+                    "target": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper"},
+                    "customizations": {"healthInterpretation": {"luaScript": script}}
+                }
+            }))
+            .unwrap();
+        let (layered, rejected) = Interpreters::layered(builtin, &[object]);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        layered
+    }
+
+    fn misses(state: &StatusState, b: &StatusBatch, interp: &Interpreters) -> usize {
+        state.misses(b, &fingerprints(b, interp)).len()
+    }
+
+    #[test]
+    fn an_unchanged_object_is_not_interpreted_again_and_a_changed_one_is() {
+        let work = store_with_work();
+        let interp = interpreters();
+        let mut state = StatusState::default();
+        let running = batch("m1", vec![report(1, appwrapper("Running", None))]);
+        assert_eq!(misses(&state, &running, &interp), 1);
+        state.process(&running, &work, |_| None, &interp, &at(10));
+        // a newer report of the same object: served from the cache, nothing changes
+        let again = batch("m1", vec![report(2, appwrapper("Running", None))]);
+        assert_eq!(misses(&state, &again, &interp), 0);
+        let p = state.process(&again, &work, |_| None, &interp, &at(11));
+        assert_eq!((p.response.accepted, p.dirty.len()), (1, 0));
+        assert!(p.transitions.is_empty());
+        assert_eq!(state.items(&key())[0].health, ResourceHealth::Healthy);
+        // the object changed: interpreted again, with its new verdict and reflected status
+        let failed = batch(
+            "m1",
+            vec![report(
+                3,
+                appwrapper("Failed", Some("[Infrastructure] node n1 is NotReady")),
+            )],
+        );
+        assert_eq!(misses(&state, &failed, &interp), 1);
+        let p = state.process(&failed, &work, |_| None, &interp, &at(12));
+        assert_eq!(p.transitions.len(), 1);
+        let item = &state.items(&key())[0];
+        assert_eq!(item.health, ResourceHealth::Unhealthy);
+        assert_eq!(item.status.as_ref().unwrap()["phase"], "Failed");
+        // and back to the first object: interpreted again (the cache holds the last one only)
+        let back = batch("m1", vec![report(4, appwrapper("Running", None))]);
+        assert_eq!(misses(&state, &back, &interp), 1);
+        let p = state.process(&back, &work, |_| None, &interp, &at(13));
+        assert_eq!(p.transitions[0].to, ResourceHealth::Healthy);
+        // a report without an object forgets the interpretation
+        let mut gone = report(5, appwrapper("Running", None));
+        gone.observed = None;
+        state.process(&batch("m1", vec![gone]), &work, |_| None, &interp, &at(14));
+        let back = batch("m1", vec![report(6, appwrapper("Running", None))]);
+        assert_eq!(misses(&state, &back, &interp), 1);
+    }
+
+    #[test]
+    fn changed_customizations_invalidate_the_cache() {
+        let work = store_with_work();
+        let builtin = interpreters();
+        let mut state = StatusState::default();
+        let b = |second| batch("m1", vec![report(second, appwrapper("Running", None))]);
+        state.process(&b(1), &work, |_| None, &builtin, &at(10));
+        assert_eq!(state.items(&key())[0].health, ResourceHealth::Healthy);
+        // the same object under a customization that judges it unhealthy
+        let never = appwrapper_customization(
+            "function InterpretHealth(obj) return {healthy = false, reason = 'customized'} end",
+        );
+        assert_eq!(misses(&state, &b(2), &never), 1);
+        let p = state.process(&b(2), &work, |_| None, &never, &at(11));
+        assert_eq!(p.transitions.len(), 1);
+        let item = &state.items(&key())[0];
+        assert_eq!(item.health, ResourceHealth::Unhealthy);
+        assert_eq!(item.health_reason.as_deref(), Some("customized"));
+        // the same scripts layered again are another generation: interpreted again
+        let relayered = appwrapper_customization(
+            "function InterpretHealth(obj) return {healthy = false, reason = 'customized'} end",
+        );
+        assert_ne!(never.generation(), relayered.generation());
+        assert_eq!(misses(&state, &b(3), &relayered), 1);
+    }
+
+    #[test]
+    fn a_failing_customization_gives_unknown_every_time_and_blocks_no_other_item() {
+        let work = store_with_work();
+        let other = WorkKey {
+            namespace: "ml".into(),
+            name: "other".into(),
+        };
+        work.upsert(
+            "m1",
+            Work {
+                key: other.clone(),
+                binding_uid: "uid-2".into(),
+                manifest: json!({}),
+                ..Default::default()
+            },
+        );
+        let interp = appwrapper_customization("function InterpretHealth(obj) error('boom') end");
+        let pod = |second| WorkStatus {
+            key: other.clone(),
+            binding_uid: "uid-2".into(),
+            ..report(
+                second,
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                       "status": {"phase": "Succeeded"}}),
+            )
+        };
+        let mut state = StatusState::default();
+        for (second, dirty) in [(1, 2), (2, 0)] {
+            let b = batch(
+                "m1",
+                vec![report(second, appwrapper("Running", None)), pod(second)],
+            );
+            let p = state.process(&b, &work, |_| None, &interp, &at(10 + second));
+            assert_eq!(p.response.accepted, 2);
+            assert_eq!(p.dirty.len(), dirty, "report {second}");
+            let item = &state.items(&key())[0];
+            assert_eq!(item.health, ResourceHealth::Unknown);
+            let reason = item.health_reason.as_deref().unwrap();
+            assert!(
+                reason.starts_with("health interpretation failed"),
+                "{reason}"
+            );
+            assert!(reason.contains("boom"), "{reason}");
+            assert_eq!(state.items(&other)[0].health, ResourceHealth::Healthy);
+        }
+    }
+
+    #[test]
+    fn interpreting_on_several_threads_gives_the_same_results_in_order() {
+        let interp = interpreters();
+        let items: Vec<WorkStatus> = (0..100)
+            .map(|i| {
+                let unhealthy = (i % 3 == 0).then_some("[Capacity] preempted");
+                report(
+                    i,
+                    appwrapper(if i % 2 == 0 { "Running" } else { "Failed" }, unhealthy),
+                )
+            })
+            .collect();
+        let b = batch("m1", items);
+        let prints = fingerprints(&b, &interp);
+        let all: Vec<(usize, Fingerprint)> = prints
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, p.unwrap()))
+            .collect();
+        let one = interpret_items(&b, &all, &interp, 1);
+        let three = interpret_items(&b, &all, &interp, 3);
+        assert_eq!(one.len(), 100);
+        assert_eq!(one, three);
+        assert!(
+            matches!(
+                &one[&3].verdict,
+                HealthVerdict::Judged {
+                    health: ResourceHealth::Unhealthy,
+                    class: Some(FailureClass::Capacity),
+                    ..
+                }
+            ),
+            "{:?}",
+            one[&3].verdict
+        );
+        assert!(matches!(
+            &one[&2].verdict,
+            HealthVerdict::Judged {
+                health: ResourceHealth::Healthy,
+                ..
+            }
+        ));
     }
 }
