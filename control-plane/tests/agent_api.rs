@@ -1244,16 +1244,32 @@ async fn events_of(hub: &Hub, name: &str, reason: &str) -> Result<usize, harness
         .count())
 }
 
-fn readiness_gauge(registry: &prometheus::Registry, cluster: &str, expected: i64) -> TestResult {
-    let value = metric(
-        registry,
-        "lifeboat_hub_cluster_ready",
-        &[("cluster", cluster)],
-    );
-    check(
-        value == expected as f64,
-        format!("lifeboat_hub_cluster_ready{{cluster={cluster}}} is {value}, expected {expected}"),
+/// The readiness gauge reaches `expected`. The monitor sets its gauges after the pass's status
+/// writes (and their Events), so a test that has just seen the condition may read the gauge a
+/// moment early: wait, bounded.
+async fn readiness_gauge(
+    registry: &prometheus::Registry,
+    cluster: &str,
+    expected: i64,
+) -> TestResult {
+    lifeboat_e2e::wait::until(
+        &format!("lifeboat_hub_cluster_ready{{cluster={cluster}}} = {expected}"),
+        Duration::from_secs(10),
+        || async {
+            let value = metric(
+                registry,
+                "lifeboat_hub_cluster_ready",
+                &[("cluster", cluster)],
+            );
+            if value == expected as f64 {
+                Ok(())
+            } else {
+                Err(format!("it is {value}"))
+            }
+        },
     )
+    .await?;
+    Ok(())
 }
 
 async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
@@ -1304,7 +1320,7 @@ async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
             health_of(&cluster)
         ),
     )?;
-    readiness_gauge(&registry, name, 1)?;
+    readiness_gauge(&registry, name, 1).await?;
 
     // The agent is killed: Unknown and tainted once the lease runs out.
     let _ = stop_agent.send(());
@@ -1333,7 +1349,7 @@ async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
         .find(|t| t.key == TAINT_UNREACHABLE)
         .ok_or("the taint")?;
     check(taint.time_added.is_some(), "timeAdded set")?;
-    readiness_gauge(&registry, name, -1)?;
+    readiness_gauge(&registry, name, -1).await?;
 
     // Restarted (it registers again): Ready, the taint gone.
     let token = hub.register(name).await?;
@@ -1398,7 +1414,7 @@ async fn unregistered_cluster_is_unknown_and_tainted(ctx: Arc<TestContext>) -> T
             && transition.to == ClusterHealth::NotRegistered,
         format!("{transition:?}"),
     )?;
-    readiness_gauge(&registry, name, -1)?;
+    readiness_gauge(&registry, name, -1).await?;
     // Registering lifts it.
     let token = hub.register(name).await?;
     check(
