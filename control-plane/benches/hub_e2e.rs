@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use futures::{StreamExt, TryStreamExt};
 use http_body_util::BodyExt;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::runtime::watcher;
@@ -421,18 +420,7 @@ where
 
 /// The bootstrap token, and a client trusting the hub's CA once the hub made it.
 async fn bootstrap(hub: &kube::Client, url: &str) -> Result<Arc<AgentEndpoint>, BoxError> {
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
-    let ca = until("the hub's CA Secret", || async {
-        match secrets.get_opt(CA_SECRET).await {
-            Ok(Some(s)) => s
-                .data
-                .and_then(|d| d.get("tls.crt").cloned())
-                .ok_or_else(|| "no tls.crt".to_string()),
-            Ok(None) => Err("not created yet".into()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await?;
+    let ca = lifeboat_e2e::fleet::lifeboat::hub_ca(hub, CA_SECRET, SETUP_TIMEOUT).await?;
     match support::bootstrap_token(
         hub,
         HUB_SYSTEM_NAMESPACE,
@@ -448,7 +436,7 @@ async fn bootstrap(hub: &kube::Client, url: &str) -> Result<Arc<AgentEndpoint>, 
         Err(e) => return Err(e.to_string().into()),
     }
     let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&ca.0) {
+    for cert in CertificateDer::pem_slice_iter(&ca) {
         roots.add(cert?)?;
     }
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(

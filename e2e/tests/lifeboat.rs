@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
-use lifeboat_e2e::fleet::lifeboat::{HUB_LEASE, cluster_ready, has_unreachable_taint};
+use lifeboat_e2e::fleet::lifeboat::{
+    HUB_LEASE, apply_propagation_policy, cluster_ready, has_unreachable_taint,
+};
 use lifeboat_e2e::fleet::{LifeboatConfig, LifeboatProcess};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::wait;
@@ -96,30 +98,16 @@ fn training(name: &str, namespace: &str) -> Result<DynamicObject, TestError> {
 async fn place(ctx: &TestContext, name: &str, member: &str) -> Result<DynamicObject, TestError> {
     let ns = ctx.namespace("hub").await?;
     let hub = ctx.client("hub").await?;
-    let policies: Api<DynamicObject> = Api::namespaced_with(
-        hub.clone(),
+    apply_propagation_policy(
+        &hub,
         &ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "policy.lifeboat.dev",
-            "v1alpha1",
-            "PropagationPolicy",
-        )),
-    );
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
+        name,
+        json!({
             "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": name}],
             "placement": {"clusterAffinity": {"clusterNames": [member]}}
-        }
-    }))?;
-    policies
-        .patch(
-            name,
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&policy),
-        )
-        .await?;
+        }),
+    )
+    .await?;
     let on_hub: Api<DynamicObject> = Api::namespaced_with(hub, &ns, &appwrappers());
     on_hub
         .create(&PostParams::default(), &training(name, &ns)?)

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::health::FailureClass;
@@ -110,12 +110,11 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     for member in [first, second] {
         ctx.namespace(member).await?;
     }
-    let policies: Api<DynamicObject> =
-        Api::namespaced_with(hub.clone(), &ns, &support::hub::policy_resource());
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "failover", "namespace": ns},
-        "spec": {
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &hub,
+        &ns,
+        "failover",
+        json!({
             "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper"}],
             "failover": {
                 "application": {
@@ -126,15 +125,9 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
                 },
                 "cluster": {"tolerationSeconds": CLUSTER_TOLERATION.as_secs(), "purgeMode": "Gracefully"}
             }
-        }
-    }))?;
-    policies
-        .patch(
-            "failover",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&policy),
-        )
-        .await?;
+        }),
+    )
+    .await?;
     let appwrappers: Api<DynamicObject> =
         Api::namespaced_with(hub.clone(), &ns, &appwrapper_resource());
     let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);

@@ -17,15 +17,15 @@ use std::sync::Arc;
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::api::{Api, DynamicObject, PostParams};
 use lifeboat_api::binding::ResourceBinding;
-use lifeboat_api::cluster::Cluster;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::wait;
 use serde_json::json;
 use support::T;
-use support::hub::{appwrapper_resource, bootstrap, ready, start_agent, start_hub, tempfile_dir};
+use support::hub::{
+    appwrapper_resource, bootstrap, start_agent, start_hub, tempfile_dir, until_clusters_ready,
+};
 
 fn main() -> ExitCode {
     harness::run(
@@ -65,45 +65,20 @@ async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestRes
     let _agent_2 = start_agent(&ctx, &second, &hub_url, &dir, "eu-west-1").await?;
 
     // Both agents register and heartbeat: their Clusters are Ready, with GPU capacity.
-    let clusters: Api<Cluster> = Api::all(hub.clone());
-    for name in [&first, &second] {
-        wait::until(&format!("Cluster {name} Ready"), T, || async {
-            match clusters.get_opt(name).await {
-                Ok(Some(c)) if ready(&c) => Ok(()),
-                Ok(Some(_)) => Err("not Ready yet".to_string()),
-                Ok(None) => Err("not registered yet".to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await?;
-    }
+    until_clusters_ready(&hub, [&first, &second]).await?;
 
     // A policy naming the second member, and an AppWrapper it selects, applied to the hub.
     let ns = ctx.namespace("hub").await?;
-    let policies: Api<DynamicObject> = Api::namespaced_with(
-        hub.clone(),
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &hub,
         &ns,
-        &ApiResource::from_gvk(&GroupVersionKind::gvk(
-            "policy.lifeboat.dev",
-            "v1alpha1",
-            "PropagationPolicy",
-        )),
-    );
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "train-on-second", "namespace": ns},
-        "spec": {
+        "train-on-second",
+        json!({
             "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"}],
             "placement": {"clusterAffinity": {"clusterNames": [second]}}
-        }
-    }))?;
-    policies
-        .patch(
-            "train-on-second",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&policy),
-        )
-        .await?;
+        }),
+    )
+    .await?;
     let appwrappers: Api<DynamicObject> =
         Api::namespaced_with(hub.clone(), &ns, &appwrapper_resource());
     let mut train = serde_json::to_value(support::appwrapper(
@@ -196,21 +171,16 @@ async fn appwrapper_runs_where_its_policy_says(ctx: Arc<TestContext>) -> TestRes
     .await?;
 
     // A policy nobody satisfies: Scheduled=False with a reason per cluster.
-    let nowhere: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "nowhere", "namespace": ns},
-        "spec": {
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &hub,
+        &ns,
+        "nowhere",
+        json!({
             "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "huge"}],
             "placement": {"clusterAffinity": {"labelSelector": {"matchLabels": {"gpu": "b200"}}}}
-        }
-    }))?;
-    policies
-        .patch(
-            "nowhere",
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&nowhere),
-        )
-        .await?;
+        }),
+    )
+    .await?;
     let mut huge = serde_json::to_value(support::appwrapper(
         "huge",
         &[],

@@ -22,6 +22,7 @@ use kube::core::ApiResource;
 use lifeboat_agent::agent;
 use lifeboat_api::binding::{ResourceBinding, ResourceHealth};
 use lifeboat_api::cluster::{Cluster, GPU_RESOURCE};
+use lifeboat_e2e::fleet::lifeboat::apply_propagation_policy;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::nodes::{NodeShape, kwok_node};
 use lifeboat_e2e::wait;
@@ -253,24 +254,6 @@ fn free_gpus(cluster: &Cluster) -> (i64, i64) {
     })
 }
 
-/// Creates or updates a PropagationPolicy of the test's namespace on the hub.
-async fn apply_policy(hub: &kube::Client, ns: &str, name: &str, spec: Value) -> TestResult {
-    let policies: Api<DynamicObject> = Api::namespaced_with(hub.clone(), ns, &policy_resource());
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": spec,
-    }))?;
-    policies
-        .patch(
-            name,
-            &PatchParams::apply("e2e").force(),
-            &Patch::Apply(&policy),
-        )
-        .await?;
-    Ok(())
-}
-
 fn toleration() -> Value {
     json!({"key": TAINT_KEY, "operator": "Equal", "value": TAINT_VALUE, "effect": "NoSchedule"})
 }
@@ -456,7 +439,7 @@ async fn gpu_sample_lands_where_it_fits_per_node(ctx: Arc<TestContext>) -> TestR
     let turn = Turn::take(&ctx).await?;
     let (hub, ns) = (&turn.hub, turn.ns.clone());
     let name = "sample-gpu-job";
-    apply_policy(
+    apply_propagation_policy(
         hub,
         &ns,
         "gpus-anywhere",
@@ -516,7 +499,7 @@ async fn gpu_sample_lands_where_it_fits_per_node(ctx: Arc<TestContext>) -> TestR
 
     // Only member-1 and member-2 allowed: nothing fits, a reason per cluster.
     let nowhere = "sample-gpu-job-nowhere";
-    apply_policy(
+    apply_propagation_policy(
         hub,
         &ns,
         "gpus-east-or-tainted",
@@ -572,7 +555,7 @@ async fn region_affinity_toleration_and_move(ctx: Arc<TestContext>) -> TestResul
             }
         })
     };
-    apply_policy(hub, &ns, "regional", in_west(vec![])).await?;
+    apply_propagation_policy(hub, &ns, "regional", in_west(vec![])).await?;
     let appwrappers = turn.appwrappers();
     appwrappers
         .create(&PostParams::default(), &small_appwrapper(&ns, name, 1)?)
@@ -596,7 +579,7 @@ async fn region_affinity_toleration_and_move(ctx: Arc<TestContext>) -> TestResul
     assert_eq!(reasons[M3].0, "ClusterAffinity", "{reasons:?}");
     assert_eq!(reasons[M2].0, "TaintToleration", "{reasons:?}");
 
-    apply_policy(hub, &ns, "regional", in_west(vec![toleration()])).await?;
+    apply_propagation_policy(hub, &ns, "regional", in_west(vec![toleration()])).await?;
     until_binding(hub, &ns, name, "bound to member-2 once tolerated", |b| {
         scheduled_on(b, &[M2])
     })
@@ -606,7 +589,7 @@ async fn region_affinity_toleration_and_move(ctx: Arc<TestContext>) -> TestResul
     until_binding(hub, &ns, name, "Healthy in member-2", |b| healthy_in(b, M2)).await?;
 
     // The policy now asks for the east: the AppWrapper moves.
-    apply_policy(
+    apply_propagation_policy(
         hub,
         &ns,
         "regional",
@@ -709,7 +692,7 @@ async fn spread_by_region(ctx: Arc<TestContext>) -> TestResult {
     let turn = Turn::take(&ctx).await?;
     let (hub, ns) = (&turn.hub, turn.ns.clone());
     let name = "spread";
-    apply_policy(
+    apply_propagation_policy(
         hub,
         &ns,
         "two-regions",
@@ -768,7 +751,7 @@ async fn divided_deployment(ctx: Arc<TestContext>) -> TestResult {
             }
         })
     };
-    apply_policy(hub, &ns, "divided", weighted(&[(M1, 1), (M2, 2), (M3, 3)])).await?;
+    apply_propagation_policy(hub, &ns, "divided", weighted(&[(M1, 1), (M2, 2), (M3, 3)])).await?;
     create_deployment(hub, &ns, name, 6).await?;
     until_binding(hub, &ns, name, "divided 1:2:3", |b| {
         let placed = placed_on(b);
@@ -794,7 +777,7 @@ async fn divided_deployment(ctx: Arc<TestContext>) -> TestResult {
     until_member_replicas(&ctx, &ns, name, &[(M1, 2), (M2, 4), (M3, 6)]).await?;
 
     // The policy drops member-1: its copy goes, the others share the 12.
-    apply_policy(hub, &ns, "divided", weighted(&[(M2, 1), (M3, 1)])).await?;
+    apply_propagation_policy(hub, &ns, "divided", weighted(&[(M2, 1), (M3, 1)])).await?;
     until_member_replicas(&ctx, &ns, name, &[(M2, 6), (M3, 6)]).await?;
     let sum: i32 = member_replicas(&ctx, &ns, name).await?.values().sum();
     assert_eq!(sum, 12, "the members' replicas add up to the template's");
@@ -824,7 +807,7 @@ async fn policy_deleted_keeps_placement(ctx: Arc<TestContext>) -> TestResult {
     let turn = Turn::take(&ctx).await?;
     let (hub, ns) = (&turn.hub, turn.ns.clone());
     let name = "orphan";
-    apply_policy(
+    apply_propagation_policy(
         hub,
         &ns,
         "short-lived",
@@ -876,7 +859,7 @@ async fn label_change_moves(ctx: Arc<TestContext>) -> TestResult {
     let (hub, ns) = (&turn.hub, turn.ns.clone());
     let name = "relabelled";
     for (policy, team, member) in [("team-a", "a", M3), ("team-b", "b", M1)] {
-        apply_policy(
+        apply_propagation_policy(
             hub,
             &ns,
             policy,

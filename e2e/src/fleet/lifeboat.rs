@@ -651,11 +651,39 @@ async fn create_bootstrap_token(hub: &kube::Client, file: &Path) -> Result<()> {
     write_private(file, token.as_bytes())
 }
 
-/// Writes the CA the hub issued its agent-API certificate from (its CA Secret's `tls.crt`).
-async fn write_hub_ca(hub: &kube::Client, file: &Path, deadline: Instant) -> Result<()> {
+/// Creates or updates a PropagationPolicy `namespace/name` with `spec` on the hub (server-side
+/// apply, field manager `e2e`): what the tests and the demo place workloads with.
+pub async fn apply_propagation_policy(
+    hub: &kube::Client,
+    namespace: &str,
+    name: &str,
+    spec: serde_json::Value,
+) -> Result<()> {
+    let policies: Api<lifeboat_api::policy::PropagationPolicy> =
+        Api::namespaced(hub.clone(), namespace);
+    let policy = serde_json::json!({
+        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    });
+    policies
+        .patch(
+            name,
+            &kube::api::PatchParams::apply("e2e").force(),
+            &kube::api::Patch::Apply(&policy),
+        )
+        .await
+        .map_err(|e| Error::kube("apply the PropagationPolicy", e))?;
+    Ok(())
+}
+
+/// The PEM of the CA the hub issues its agent-API certificate from (`tls.crt` of the Secret
+/// `secret` in the hub's system namespace), once the hub has created it. For the fleet and for
+/// tests and benches that run the hub in process.
+pub async fn hub_ca(hub: &kube::Client, secret: &str, timeout: Duration) -> Result<Vec<u8>> {
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
-    let ca = wait::until("the hub's CA Secret", remaining(deadline), || async {
-        match secrets.get_opt(HUB_CA_SECRET).await {
+    let ca = wait::until("the hub's CA Secret", timeout, || async {
+        match secrets.get_opt(secret).await {
             Ok(Some(s)) => s
                 .data
                 .and_then(|d| d.get("tls.crt").cloned())
@@ -665,7 +693,13 @@ async fn write_hub_ca(hub: &kube::Client, file: &Path, deadline: Instant) -> Res
         }
     })
     .await?;
-    std::fs::write(file, &ca.0).map_err(|e| Error::io(file, e))
+    Ok(ca.0)
+}
+
+/// Writes the CA the hub issued its agent-API certificate from (its CA Secret's `tls.crt`).
+async fn write_hub_ca(hub: &kube::Client, file: &Path, deadline: Instant) -> Result<()> {
+    let ca = hub_ca(hub, HUB_CA_SECRET, remaining(deadline)).await?;
+    std::fs::write(file, &ca).map_err(|e| Error::io(file, e))
 }
 
 #[cfg(test)]

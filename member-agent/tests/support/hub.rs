@@ -75,18 +75,8 @@ pub async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
 /// The bootstrap token Secret on the hub, and the CA the hub serves from, once it made it.
 pub async fn bootstrap(hub: &kube::Client, dir: &std::path::Path) -> Result<(), TestError> {
     let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
-    let ca = wait::until("the hub's CA Secret", T, || async {
-        match secrets.get_opt(CA_SECRET).await {
-            Ok(Some(s)) => s
-                .data
-                .and_then(|d| d.get("tls.crt").cloned())
-                .ok_or_else(|| "no tls.crt".to_string()),
-            Ok(None) => Err("not created yet".into()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await?;
-    std::fs::write(dir.join("hub-ca.pem"), &ca.0)?;
+    let ca = lifeboat_e2e::fleet::lifeboat::hub_ca(hub, CA_SECRET, T).await?;
+    std::fs::write(dir.join("hub-ca.pem"), &ca)?;
     std::fs::write(dir.join("bootstrap-token"), BOOTSTRAP_TOKEN)?;
     let token = Secret {
         metadata: kube::api::ObjectMeta {
