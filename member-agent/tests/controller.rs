@@ -921,7 +921,13 @@ async fn autopilot_migration(ctx: Arc<TestContext>) -> TestResult {
     let api = create(
         &ctx,
         M2,
-        &appwrapper("migrant", &[], vec![pinned_job("migrant", "autopilot")])?,
+        // A short pause: the default retry pause (90 s) equals the wait below, and this test
+        // is about where the pod goes, not how long the agent pauses.
+        &appwrapper(
+            "migrant",
+            &[("retryPausePeriodDuration", "1s")],
+            vec![pinned_job("migrant", "autopilot")],
+        )?,
     )
     .await?;
     until_ready(&api, "migrant").await?;

@@ -232,8 +232,18 @@ pub async fn until(
                 .condition("Unhealthy")
                 .map(|c| c.message.clone())
                 .unwrap_or_default();
+            let pods_ready = status
+                .condition("PodsReady")
+                .map(|c| c.status.clone())
+                .unwrap_or_default();
+            let reasons: Vec<&str> = status
+                .transitions
+                .iter()
+                .map(|t| t.reason.as_str())
+                .collect();
             Err(format!(
-                "phase {:?}, resettingCount {}, unhealthy {unhealthy:?}",
+                "phase {:?}, resettingCount {}, unhealthy {unhealthy:?}, PodsReady {pods_ready:?}, \
+                 transitions {reasons:?}",
                 status.phase, status.retries
             ))
         }
