@@ -4,6 +4,11 @@ SHELL := /usr/bin/env bash
 .DEFAULT_GOAL := help
 
 CARGO ?= cargo
+# CI builds once from a clean clone: incremental state would only take disk (gigabytes across
+# the test binaries).
+ifeq ($(CI),true)
+export CARGO_INCREMENTAL := 0
+endif
 # Shared test data beside the project root (../shared); override with LIFEBOAT_SHARED_DIR.
 LIFEBOAT_SHARED_DIR ?= $(firstword $(wildcard $(abspath ../shared) /work/shared) $(abspath ../shared))
 export LIFEBOAT_SHARED_DIR
