@@ -162,8 +162,8 @@ pub struct Work {
     /// The object to apply (server-side apply, field manager `lifeboat`), labelled with its
     /// binding.
     pub manifest: serde_json::Value,
-    /// The purge mode the workload fails over with; `Directly` workloads are suspended by an
-    /// agent that lost the hub for its fencing period.
+    /// The purge mode of the workload's cluster failover (`failover.cluster.purgeMode`); the
+    /// agent suspends `Directly` workloads once it has lost the hub for its fencing period.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purge_mode: Option<PurgeMode>,
     /// In-place reset requests: a higher generation than the agent last acted on asks for one

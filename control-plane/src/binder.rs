@@ -971,7 +971,7 @@ fn failover_step(
         return FailoverStep::default();
     }
     let now = inputs.now;
-    let states = failover_phase::cluster_states(inputs.clusters);
+    let states = failover_phase::cluster_states(inputs.clusters, now);
     // Whether the workload still fits in its cluster (a node notice moves an AppWrapper only
     // when it does not).
     let fits = |name: &str| {

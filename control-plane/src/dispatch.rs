@@ -136,15 +136,13 @@ pub fn work_for(
     })
 }
 
-/// The purge mode the workload fails over with (application failover's, else cluster
-/// failover's), which tells the agent whether to fence it on a partition.
+/// The purge mode of the workload's cluster failover, which tells the agent whether to fence
+/// it on a partition: a partition is a cluster failover on the hub's side, and only a `Directly`
+/// cluster failover waits for the fence before it creates the new copy. (The application
+/// failover's purge mode does not matter here: its cluster is reachable and confirms the purge.)
 pub fn purge_mode(binding: &ResourceBinding) -> Option<PurgeMode> {
     let failover = binding.spec.failover.as_ref()?;
-    failover
-        .application
-        .as_ref()
-        .map(|a| a.purge_mode())
-        .or_else(|| failover.cluster.as_ref().map(|c| c.purge_mode()))
+    failover.cluster.as_ref().map(|c| c.purge_mode())
 }
 
 #[cfg(test)]
@@ -203,7 +201,10 @@ mod tests {
             "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
             "replicas": 6,
             "placement": {"replicaScheduling": {"replicaSchedulingType": "Divided"}},
-            "failover": {"application": {"purgeMode": "Directly"}}
+            "failover": {
+                "application": {"purgeMode": "Gracefully"},
+                "cluster": {"purgeMode": "Directly"}
+            }
         }));
         let base = base_manifest(&template(), &b).unwrap();
         let target = TargetCluster {
@@ -217,8 +218,17 @@ mod tests {
         })
         .unwrap();
         assert_eq!(work.manifest["spec"]["replicas"], 2);
-        assert_eq!(work.purge_mode, Some(PurgeMode::Directly));
+        assert_eq!(
+            work.purge_mode,
+            Some(PurgeMode::Directly),
+            "the cluster failover's purge mode decides the fence"
+        );
         assert_eq!(work.key.to_string(), "shop/web-deployment");
+        let mut application_only = b.clone();
+        application_only.spec.failover = Some(
+            serde_json::from_value(json!({"application": {"purgeMode": "Directly"}})).unwrap(),
+        );
+        assert_eq!(purge_mode(&application_only), None);
         let err = work_for(&b, &base, &target, |_, _| Ok(None)).unwrap_err();
         assert_eq!(err.metric_label(), "no_revise_rule");
     }

@@ -53,6 +53,8 @@ pub struct ClusterState {
     /// Lost for the lease duration plus its agent's fencing period: its agent has suspended the
     /// workloads that must never run twice.
     pub fenced: bool,
+    /// When it counts as fenced if it stays lost (not Ready and its agent fences).
+    pub fenced_at: Option<Time>,
 }
 
 /// The decision's inputs besides the binding.
@@ -576,6 +578,9 @@ pub fn settle_tasks(
                     if gone || fenced {
                         changes.push(TaskChange::Purged { cluster });
                     } else {
+                        if let Some(at) = state.and_then(|s| s.fenced_at.clone()) {
+                            decision.wake_at(at);
+                        }
                         decision.blocked.push(Blocked {
                             cluster: cluster.clone(),
                             reason: "WaitingForPurge",

@@ -24,25 +24,47 @@ pub const REASON_NO_OTHER_CLUSTER: &str = "NoOtherClusterFits";
 /// Reason of `FailoverBlocked=False` once nothing blocks a failover any more.
 pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
 
-/// The clusters as the failover decision sees them: since when each has not been Ready, and
-/// whether it is being deleted. Fencing is not known yet (the agent does not fence).
-pub fn cluster_states(clusters: &[Arc<Cluster>]) -> BTreeMap<String, ClusterState> {
+/// The clusters as the failover decision sees them at `now`: since when each has not been
+/// Ready, whether it is being deleted, and whether it is fenced.
+///
+/// Fenced: not Ready for its agent's fencing period. Ready leaves True only once the agent's
+/// lease has run out after its last renewal, and the agent fences a fencing period after its
+/// last contact with the hub, so by then its `Directly` works have been suspended for at least
+/// the lease duration. A cluster whose agent reported no fencing period is never fenced.
+pub fn cluster_states(clusters: &[Arc<Cluster>], now: &Time) -> BTreeMap<String, ClusterState> {
     clusters
         .iter()
         .map(|c| {
-            let ready = c
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
+            let status = c.status.as_ref();
+            let ready =
+                status.and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
             let not_ready_since = ready
                 .filter(|r| r.status != "True")
                 .map(|r| r.last_transition_time.clone());
+            let fencing = status
+                .and_then(|s| s.agent.as_ref())
+                .and_then(|a| a.fencing_period_seconds)
+                .filter(|s| *s > 0);
+            let fenced_at = not_ready_since
+                .as_ref()
+                .zip(fencing)
+                .map(|(since, seconds)| {
+                    Time(
+                        since
+                            .0
+                            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
+                                seconds,
+                            )))
+                            .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
+                    )
+                });
             (
                 c.name_any(),
                 ClusterState {
                     not_ready_since,
                     deleted: c.metadata.deletion_timestamp.is_some(),
-                    fenced: false,
+                    fenced: fenced_at.as_ref().is_some_and(|at| now.0 >= at.0),
+                    fenced_at,
                 },
             )
         })
@@ -237,14 +259,45 @@ mod tests {
 
     #[test]
     fn clusters_not_ready_count_from_the_ready_transition() {
-        let states = cluster_states(&[
-            cluster("a", Some(("True", 5)), false),
-            cluster("b", Some(("Unknown", 7)), false),
-            cluster("c", None, true),
-        ]);
+        let states = cluster_states(
+            &[
+                cluster("a", Some(("True", 5)), false),
+                cluster("b", Some(("Unknown", 7)), false),
+                cluster("c", None, true),
+            ],
+            &at(10),
+        );
         assert_eq!(states["a"], ClusterState::default());
         assert_eq!(states["b"].not_ready_since, Some(at(7)));
         assert!(states["c"].deleted && states["c"].not_ready_since.is_none());
+    }
+
+    #[test]
+    fn a_lost_cluster_is_fenced_a_fencing_period_after_its_ready_condition_left_true() {
+        let with_fencing = |name, ready: (&str, i64), seconds: Option<i32>| {
+            let mut c = (*cluster(name, Some(ready), false)).clone();
+            if let Some(status) = c.status.as_mut() {
+                status.agent = Some(lifeboat_api::cluster::AgentInfo {
+                    fencing_period_seconds: seconds,
+                    ..Default::default()
+                });
+            }
+            Arc::new(c)
+        };
+        let clusters = [
+            with_fencing("lost", ("Unknown", 100), Some(60)),
+            with_fencing("ready", ("True", 100), Some(60)),
+            with_fencing("no-fencing", ("Unknown", 100), None),
+        ];
+        let before = cluster_states(&clusters, &at(159));
+        assert_eq!(before["lost"].fenced_at, Some(at(160)));
+        assert!(!before["lost"].fenced);
+        let after = cluster_states(&clusters, &at(160));
+        assert!(after["lost"].fenced);
+        for name in ["ready", "no-fencing"] {
+            assert_eq!(after[name].fenced_at, None, "{name}");
+            assert!(!after[name].fenced, "{name}");
+        }
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod harness;
 pub mod kubeconfig;
 pub mod kubectl;
 pub mod nodes;
+pub mod partition;
 pub mod pki;
 pub mod ports;
 pub mod process;

@@ -12,9 +12,10 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
 use lifeboat_api::cluster::{AgentInfo, Cluster, ClusterStatus};
-use lifeboat_api::protocol::{HeartbeatRequest, HeartbeatResponse, Inventory};
+use lifeboat_api::protocol::{HeartbeatRequest, HeartbeatResponse, Inventory, WorkKey};
 use tracing::Instrument;
 
 use super::auth::CLUSTER_NAME_LABEL;
@@ -199,6 +200,47 @@ impl Shared {
     }
 }
 
+/// The agent is back after a fence: a Warning Event on its Cluster names what it suspended
+/// (the works the hub still wants there resume; the others it deletes).
+async fn report_fenced(shared: &Shared, cluster: &Cluster, works: &[WorkKey]) {
+    let names: Vec<String> = works.iter().map(|k| k.to_string()).collect();
+    tracing::warn!(
+        fenced = names.len(),
+        works = %names.join(","),
+        "the agent suspended work with purgeMode Directly while it was cut off from the hub"
+    );
+    let recorder = Recorder::new(
+        shared.client.clone(),
+        Reporter {
+            controller: "lifeboat-hub".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let mut note = format!(
+        "the agent was cut off from the hub for its fencing period and suspended {} work(s) with purgeMode Directly: {}",
+        names.len(),
+        names.join(", ")
+    );
+    if note.len() > 1000 {
+        let mut end = 997;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    let event = Event {
+        type_: EventType::Warning,
+        reason: "Fenced".into(),
+        note: Some(note),
+        action: "Fence".into(),
+        secondary: None,
+    };
+    if let Err(error) = recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!(%error, "publishing the Fenced Event failed");
+    }
+}
+
 pub(super) async fn heartbeat(
     State(shared): State<Arc<Shared>>,
     Path(cluster): Path<String>,
@@ -231,12 +273,7 @@ pub(super) async fn heartbeat(
             })
             .await?;
         if !body.fenced.is_empty() {
-            let works: Vec<String> = body.fenced.iter().map(|k| k.to_string()).collect();
-            tracing::warn!(
-                fenced = works.len(),
-                works = %works.join(","),
-                "the agent suspended work while it was cut off from the hub"
-            );
+            report_fenced(&shared, &caller.object, &body.fenced).await;
         }
         Ok(Json(HeartbeatResponse {
             lease_duration_seconds,

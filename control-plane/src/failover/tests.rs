@@ -412,6 +412,13 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
         .unwrap(),
     ];
     assert!(settle_at(&early, 120, &clusters, &[]).0.is_empty());
+    // a cluster that will be fenced wakes the binding when it is
+    let mut lost = clusters.clone();
+    lost.get_mut("a").unwrap().fenced_at = Some(at(170));
+    let fresh = with_task("Directly", json!({}));
+    let (changes, d) = settle_at(&fresh, 120, &lost, &[]);
+    assert!(changes.is_empty());
+    assert_eq!(d.next_check, Some(at(170)));
     // a fenced cluster counts as purged
     let mut fenced = clusters.clone();
     fenced.get_mut("a").unwrap().fenced = true;

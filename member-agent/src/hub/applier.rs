@@ -19,6 +19,7 @@ use kube::api::{
     PropagationPolicy,
 };
 use lifeboat_api::binding::{FIELD_MANAGER, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE};
+use lifeboat_api::policy::PurgeMode;
 use lifeboat_api::protocol::{Work, WorkKey};
 use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
@@ -26,6 +27,7 @@ use tracing::Instrument;
 
 use super::backoff::Backoff;
 use super::catalog::{ApiCatalog, namespaced};
+use super::fencing::{self, Fence, Suspension};
 use super::metrics::HubMetrics;
 use super::namespaces::Namespaces;
 use super::reporter::{SharedBook, StatusWatches};
@@ -100,23 +102,44 @@ pub struct Applier {
     metrics: HubMetrics,
     cluster: String,
     max_backoff: Duration,
+    /// While it holds, `Directly` works are applied suspended (or deleted).
+    fence: Arc<Fence>,
     slots: Mutex<HashMap<WorkKey, Slot>>,
     queue: mpsc::UnboundedSender<WorkKey>,
+}
+
+/// Whether a fence suspends the work: its purge mode is `Directly` (never two copies).
+fn fenceable(work: &Work) -> bool {
+    work.purge_mode == Some(PurgeMode::Directly)
 }
 
 /// Works waiting for the worker.
 pub type Queue = mpsc::UnboundedReceiver<WorkKey>;
 
+/// What an [`Applier`] is built from.
+pub struct ApplierParts {
+    pub client: kube::Client,
+    pub catalog: Arc<ApiCatalog>,
+    pub namespaces: Arc<Namespaces>,
+    pub book: Arc<SharedBook>,
+    pub metrics: HubMetrics,
+    pub cluster: String,
+    pub max_backoff: Duration,
+    pub fence: Arc<Fence>,
+}
+
 impl Applier {
-    pub fn new(
-        client: kube::Client,
-        catalog: Arc<ApiCatalog>,
-        namespaces: Arc<Namespaces>,
-        book: Arc<SharedBook>,
-        metrics: HubMetrics,
-        cluster: String,
-        max_backoff: Duration,
-    ) -> (Arc<Self>, Queue) {
+    pub fn new(parts: ApplierParts) -> (Arc<Self>, Queue) {
+        let ApplierParts {
+            client,
+            catalog,
+            namespaces,
+            book,
+            metrics,
+            cluster,
+            max_backoff,
+            fence,
+        } = parts;
         let (queue, rx) = mpsc::unbounded_channel();
         let watches = StatusWatches::new(client.clone(), book.clone());
         (
@@ -129,6 +152,7 @@ impl Applier {
                 metrics,
                 cluster,
                 max_backoff: max_backoff.max(RETRY_BASE),
+                fence,
                 slots: Mutex::new(HashMap::new()),
                 queue,
             }),
@@ -196,6 +220,30 @@ impl Applier {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The assigned works that a fence suspends (purge mode `Directly`).
+    pub fn fenceable_keys(&self) -> Vec<WorkKey> {
+        let mut keys: Vec<WorkKey> = self
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.desired.as_deref().is_some_and(fenceable))
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.sort();
+        keys
+    }
+
+    /// Applies the fenceable works again (the fence fell or lifted).
+    pub fn requeue_fenceable(&self) -> usize {
+        let keys = self.fenceable_keys();
+        for key in &keys {
+            if let Some(slot) = self.lock().get_mut(key) {
+                slot.backoff.reset();
+            }
+            let _ = self.queue.send(key.clone());
+        }
+        keys.len()
     }
 
     fn desired(&self, key: &WorkKey) -> Option<Arc<Work>> {
@@ -363,6 +411,20 @@ impl Applier {
         };
         if let Some(slot) = self.lock().get_mut(key) {
             slot.intended = Some(id.clone());
+        }
+        if fenceable(work) && self.fence.is_fenced() {
+            match fencing::suspend(&mut body) {
+                Suspension::Suspended => {
+                    tracing::warn!(object = %id, "fenced: applied suspended (cluster failover purgeMode Directly, the hub is out of reach)");
+                }
+                Suspension::Delete => {
+                    tracing::warn!(object = %id, "fenced: deleted, its kind cannot be suspended (cluster failover purgeMode Directly, the hub is out of reach)");
+                    self.delete_owned(&id, key)
+                        .await
+                        .map_err(|e| ApplyError::kube(format!("deleting {id} (fenced)"), e))?;
+                    return Ok((id, resource));
+                }
+            }
         }
         let meta = body
             .get_mut("metadata")

@@ -17,6 +17,8 @@ pub struct HubMetrics {
     pub status_reports: IntCounterVec,
     /// 1 while the last heartbeat reached the hub, else 0.
     pub connected: IntGauge,
+    /// 1 while the agent is fenced (cut off from the hub for its fencing period), else 0.
+    pub fenced: IntGauge,
 }
 
 impl HubMetrics {
@@ -54,13 +56,19 @@ impl HubMetrics {
         registry.register(Box::new(work_items.clone()))?;
         registry.register(Box::new(applies.clone()))?;
         registry.register(Box::new(status_reports.clone()))?;
+        let fenced = IntGauge::new(
+            "lifeboat_agent_fenced",
+            "1 while the agent is fenced: cut off from the hub for its fencing period, it keeps the works with purgeMode Directly suspended",
+        )?;
         registry.register(Box::new(connected.clone()))?;
+        registry.register(Box::new(fenced.clone()))?;
         Ok(Self {
             requests,
             work_items,
             applies,
             status_reports,
             connected,
+            fenced,
         })
     }
 }

@@ -20,6 +20,7 @@ pub mod backoff;
 pub mod catalog;
 pub mod client;
 pub mod credential;
+pub mod fencing;
 pub mod inventory;
 pub mod metrics;
 pub mod namespaces;

@@ -13,10 +13,11 @@ use lifeboat_api::protocol::{
 };
 
 use super::HubMode;
-use super::applier::Applier;
+use super::applier::{Applier, ApplierParts};
 use super::backoff::Backoff;
 use super::catalog::ApiCatalog;
 use super::credential::Credentials;
+use super::fencing::{Fence, FenceChange};
 use super::namespaces::Namespaces;
 use super::observe::{self, ClusterState};
 use super::reporter::{self, SharedBook};
@@ -69,15 +70,18 @@ pub async fn run(mode: &HubMode) -> Stopped {
     ));
     let catalog = Arc::new(ApiCatalog::new(client.clone()));
     let book = Arc::new(SharedBook::new());
-    let (applier, queue) = Applier::new(
-        client.clone(),
-        catalog.clone(),
+    let fence = Arc::new(Fence::new(options.fencing_period));
+    mode.metrics.fenced.set(0);
+    let (applier, queue) = Applier::new(ApplierParts {
+        client: client.clone(),
+        catalog: catalog.clone(),
         namespaces,
-        book.clone(),
-        mode.metrics.clone(),
-        mode.cluster.clone(),
-        options.timing.max_backoff,
-    );
+        book: book.clone(),
+        metrics: mode.metrics.clone(),
+        cluster: mode.cluster.clone(),
+        max_backoff: options.timing.max_backoff,
+        fence: fence.clone(),
+    });
     let cluster_state = Arc::new(ClusterState::default());
     // Dropped (and so aborted) with this future.
     let mut tasks = tokio::task::JoinSet::new();
@@ -101,8 +105,22 @@ pub async fn run(mode: &HubMode) -> Stopped {
         catalog.clone(),
         options.timing.discovery_every,
     ));
-    let stream = stream_work(mode, &credentials, &applier, &book);
-    let heartbeat = heartbeat(mode, &identity, &credentials, &cluster_state, &catalog);
+    tasks.spawn(watch_fence(
+        mode.cluster.clone(),
+        fence.clone(),
+        applier.clone(),
+        mode.metrics.clone(),
+    ));
+    let stream = stream_work(mode, &credentials, &applier, &book, &fence);
+    let heartbeat = heartbeat(
+        mode,
+        &identity,
+        &credentials,
+        &cluster_state,
+        &catalog,
+        &applier,
+        &fence,
+    );
     tokio::select! {
         () = stream => {}
         () = heartbeat => {}
@@ -133,6 +151,35 @@ async fn refresh_discovery(catalog: Arc<ApiCatalog>, every: Duration) {
     }
 }
 
+/// Fences the cluster once the hub has been out of reach for the fencing period: the works
+/// with purgeMode Directly are applied again, suspended, and the work stream reconnects for a
+/// full snapshot (what lifts the fence with the next heartbeat).
+async fn watch_fence(
+    cluster: String,
+    fence: Arc<Fence>,
+    applier: Arc<Applier>,
+    metrics: super::HubMetrics,
+) {
+    let every = (fence.period() / 10).clamp(Duration::from_millis(100), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(every).await;
+        if fence.tick(Instant::now()) == FenceChange::Fenced {
+            metrics.fenced.set(1);
+            fence.set_suspended(applier.fenceable_keys());
+            let works = applier.requeue_fenceable();
+            tracing::warn!(%cluster, period = ?fence.period(), works, "fenced: the hub has been out of reach for the fencing period; suspending the works with purgeMode Directly");
+            fence.resync.notify_waiters();
+        }
+    }
+}
+
+/// The fence lifted: the fenced works are applied as the hub sends them again.
+fn fence_lifted(cluster: &str, applier: &Applier, metrics: &super::HubMetrics) {
+    metrics.fenced.set(0);
+    let works = applier.requeue_fenceable();
+    tracing::info!(%cluster, works, "fence lifted: the hub is reachable and its snapshot is applied");
+}
+
 /// Whether the inventory goes with this heartbeat: the first one, a change, or the periodic
 /// resend.
 pub fn inventory_due(
@@ -154,6 +201,8 @@ async fn heartbeat(
     credentials: &Credentials,
     cluster_state: &ClusterState,
     catalog: &ApiCatalog,
+    applier: &Applier,
+    fence: &Fence,
 ) {
     let path = heartbeat_path(&mode.cluster);
     let timing = &mode.options.timing;
@@ -182,11 +231,14 @@ async fn heartbeat(
             last_sent.as_ref(),
             timing.inventory_every,
         );
+        // While fenced, the heartbeat names the suspended works (the hub records it).
+        let fenced = fence.suspended();
         let request = HeartbeatRequest {
             identity: identity.to_string(),
             inventory: if send { inventory.clone() } else { None },
-            fenced: Vec::new(),
+            fenced,
         };
+        let sent = Instant::now();
         let result: Result<HeartbeatResponse, _> = mode
             .hub
             .post("heartbeat", &path, &credential.token, &request)
@@ -195,6 +247,9 @@ async fn heartbeat(
             Ok(response) => {
                 mode.metrics.connected.set(1);
                 backoff.reset();
+                if fence.heartbeat_ok(sent) == FenceChange::Lifted {
+                    fence_lifted(&mode.cluster, applier, &mode.metrics);
+                }
                 if send && let Some(inventory) = inventory {
                     tracing::debug!(
                         nodes = inventory.node_summary.total_num,
@@ -237,6 +292,7 @@ async fn stream_work(
     credentials: &Credentials,
     applier: &Applier,
     book: &SharedBook,
+    fence: &Fence,
 ) {
     let timing = &mode.options.timing;
     let mut state = StreamState::default();
@@ -251,6 +307,11 @@ async fn stream_work(
                 continue;
             }
         };
+        if fence.is_fenced() {
+            // Only a full snapshot says which fenced works the hub still wants here.
+            state.forget();
+        }
+        let requested = Instant::now();
         let path = match state.cursor() {
             Some(cursor) => format!("{}?{}", work_path(&mode.cluster), since_query(cursor)),
             None => work_path(&mode.cluster),
@@ -264,11 +325,25 @@ async fn stream_work(
                 tracing::info!(since = ?state.cursor().map(|c| c.to_string()), "work stream open");
                 let mut progressed = false;
                 let reason = 'read: loop {
-                    match stream.next().await {
+                    let next = tokio::select! {
+                        next = stream.next() => next,
+                        () = fence.resync.notified() => {
+                            state.forget();
+                            break 'read "fenced: reconnecting for a full snapshot".to_string();
+                        }
+                    };
+                    match next {
                         Ok(Some(events)) => {
                             for event in events {
                                 progressed = true;
                                 match state.on_event(event) {
+                                    Ok(Step::SnapshotComplete { keys }) => {
+                                        complete_snapshot(keys, applier, book).await;
+                                        if fence.snapshot_complete(requested) == FenceChange::Lifted
+                                        {
+                                            fence_lifted(&mode.cluster, applier, &mode.metrics);
+                                        }
+                                    }
                                     Ok(step) => handle(step, applier, book).await,
                                     Err(e) => {
                                         // Start over from a full snapshot.

@@ -33,10 +33,18 @@ pub fn appwrapper_resource() -> ApiResource {
 
 /// Starts the hub in this process; returns the agent API's URL.
 pub async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
+    start_hub_with(ctx, |_| {}).await
+}
+
+/// [`start_hub`] with options changed by `configure` first.
+pub async fn start_hub_with(
+    ctx: &TestContext,
+    configure: impl FnOnce(&mut HubProcessOptions),
+) -> Result<String, TestError> {
     let api_port = lifeboat_e2e::ports::free_port()?;
     let metrics_port = lifeboat_e2e::ports::free_port()?;
     let lease = Duration::from_secs(10);
-    let options = HubProcessOptions {
+    let mut options = HubProcessOptions {
         kubeconfig: Some(ctx.fleet.kubeconfig("hub")?),
         install_crds: true,
         metrics_bind: Some(SocketAddr::from(([127, 0, 0, 1], metrics_port))),
@@ -61,6 +69,7 @@ pub async fn start_hub(ctx: &TestContext) -> Result<String, TestError> {
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: ledger_url(&ctx.namespace)?,
     };
+    configure(&mut options);
     tokio::spawn(async move {
         let result =
             lifeboat_hub::hub::run(options, prometheus::Registry::new(), std::future::pending())
