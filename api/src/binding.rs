@@ -360,6 +360,11 @@ pub struct GracefulEvictionTask {
     /// Directly eviction creates the new copy only after this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub purged_at: Option<Time>,
+    /// FailingSince (Lifeboat): when the trouble that caused the eviction began (the copy's
+    /// `unhealthySince`, or since when its cluster was not Ready); the failover duration runs
+    /// from here to the new placement Healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_since: Option<Time>,
 }
 
 /// A past eviction (Lifeboat; the "activeEvictionHistory" of Karmada's proposal, kept after the

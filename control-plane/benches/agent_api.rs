@@ -304,6 +304,7 @@ async fn start_pipeline(
             metrics: ProcessorMetrics::new(&registry)?,
             transitions: Some(transitions),
             written: None,
+            full_reports: None,
             write_concurrency: 8,
         },
     );

@@ -387,6 +387,7 @@ async fn start_hub(
         scheduler: Default::default(),
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: format!("sqlite://{}", dir.join("ledger.db").display()),
+        recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
     };
     let registry = prometheus::Registry::new();
     let hub_registry = registry.clone();

@@ -9,6 +9,7 @@
 //! scheduled — whenever the clusters change. Otherwise it stays where it is.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -31,8 +32,10 @@ use crate::detector::{self, Replicas, TemplateKind, TemplateMeta};
 use crate::dispatch;
 use crate::failover;
 use crate::failover_phase::{self, EvictionRateLimiter};
+use crate::failover_record::{FailoverRecorder, PassRecord};
 use crate::interpreters::InterpreterHandle;
 use crate::placement::{Placer, Unschedulable};
+use crate::processor::SharedState;
 use crate::queue::WorkQueue;
 use crate::status::condition;
 use crate::templates::{TemplateKey, Templates};
@@ -162,7 +165,18 @@ pub struct Binder {
     dispatched: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
     /// Cluster evictions (a lost or deleted cluster) go through this bucket.
     cluster_evictions: Mutex<EvictionRateLimiter>,
+    /// Off while the hub recovers (`crate::recovery`): bindings are only dispatched as they
+    /// are, nothing is evicted, placed or created.
+    deciding: AtomicBool,
+    /// The status processor's state: a binding whose newest per-cluster status is not in the
+    /// cached binding yet is decided once it is.
+    status_view: Option<SharedState>,
+    /// Ledger, Events and metrics of placements and failovers.
+    recorder: Option<FailoverRecorder>,
 }
+
+/// A binding whose status is on its way is looked at again after this long.
+const STATUS_IN_FLIGHT_RETRY: Duration = Duration::from_millis(100);
 
 /// Karmada's default cluster eviction rate is 0.5 bindings/s; a lost GPU cluster's jobs should
 /// move within a minute, so the hub's default is 100 times that.
@@ -182,6 +196,7 @@ struct FailoverStep {
     blocked: Vec<failover::Blocked>,
     /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
     look_again: Option<Duration>,
+    settled: Vec<failover::TaskChange>,
 }
 
 /// What a reconcile leads to.
@@ -212,7 +227,45 @@ impl Binder {
             policy_index: RwLock::new(Arc::new(Vec::new())),
             dispatched: Mutex::new(HashMap::new()),
             cluster_evictions: Mutex::new(EvictionRateLimiter::new(DEFAULT_CLUSTER_EVICTION_RATE)),
+            deciding: AtomicBool::new(true),
+            status_view: None,
+            recorder: None,
         }
+    }
+
+    /// Records placements and failovers (ledger, Events, metrics).
+    pub fn with_recorder(mut self, recorder: FailoverRecorder) -> Binder {
+        self.recorder = Some(recorder);
+        self
+    }
+
+    /// Decides on the status as the processor knows it: a binding whose cached status lags
+    /// behind the processor's is not decided until the cache has caught up.
+    pub fn with_status_view(mut self, state: SharedState) -> Binder {
+        self.status_view = Some(state);
+        self
+    }
+
+    /// Turns decisions off (a recovering hub) or on.
+    pub fn set_deciding(&self, on: bool) {
+        self.deciding.store(on, Ordering::SeqCst);
+    }
+
+    pub fn is_deciding(&self) -> bool {
+        self.deciding.load(Ordering::SeqCst)
+    }
+
+    /// A failover decision on this binding would read a status older than the processor's.
+    fn status_in_flight(&self, binding: &ResourceBinding) -> bool {
+        let decides =
+            binding.spec.failover.is_some() || !binding.spec.graceful_eviction_tasks.is_empty();
+        decides
+            && self.status_view.as_ref().is_some_and(|state| {
+                state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .ahead_of(binding)
+            })
     }
 
     /// Cluster evictions per second (on average; as many at once).
@@ -362,6 +415,19 @@ impl Binder {
                 what: "template",
                 source,
             })?;
+        if !self.is_deciding() {
+            // Recovering: the agents get their work back as the bindings say; nothing is
+            // decided on a status that may predate the restart.
+            if let Some(binding) = &existing {
+                self.dispatch(binding, &template_json)?;
+            }
+            return Ok(Outcome::Done);
+        }
+        if let Some(current) = &existing
+            && self.status_in_flight(current)
+        {
+            return Ok(Outcome::RetryAfter(STATUS_IN_FLIGHT_RETRY));
+        }
         let labels = template.labels().clone();
         let meta = TemplateMeta {
             api_version: &kind.api_version(),
@@ -411,6 +477,8 @@ impl Binder {
             scheduling,
             blocked,
             retry,
+            evicted,
+            settled,
         } = planned;
         let binding = self
             .apply_spec(
@@ -425,6 +493,19 @@ impl Binder {
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
         self.dispatch(&binding, &template_json)?;
+        if let Some(recorder) = &self.recorder {
+            recorder
+                .record(PassRecord {
+                    before: existing.as_deref(),
+                    after: &binding,
+                    evicted: &evicted,
+                    settled: &settled,
+                    blocked: &blocked,
+                    template: self.caches.templates.object_ref(key),
+                    now: &now,
+                })
+                .await;
+        }
         Ok(match retry {
             Some(after) => Outcome::RetryAfter(after),
             None => Outcome::Done,
@@ -882,6 +963,10 @@ pub struct Planned {
     pub scheduling: Option<Result<(), Unschedulable>>,
     pub blocked: Vec<failover::Blocked>,
     pub retry: Option<Duration>,
+    /// The evictions written into `spec` (not those kept back because no other cluster fits).
+    pub evicted: Vec<failover::Eviction>,
+    /// The eviction tasks settled into `spec`.
+    pub settled: Vec<failover::TaskChange>,
 }
 
 /// Decides one binding's spec: the failover phase over the current binding (evictions and
@@ -899,6 +984,7 @@ pub fn plan(
     };
     let mut blocked = step.blocked;
     let mut retry = step.look_again;
+    let mut evicted = Vec::new();
     let mut scheduling: Option<Result<(), Unschedulable>> = None;
     let schedule =
         !step.evicted.is_empty() || needs_scheduling(existing, &candidate.spec, inputs.clusters);
@@ -923,6 +1009,7 @@ pub fn plan(
                 }
                 candidate.spec.clusters = targets;
                 scheduling = Some(Ok(()));
+                evicted = step.evicted;
             }
             Err(unschedulable) => match step.without_evictions {
                 Some(kept) => {
@@ -956,6 +1043,8 @@ pub fn plan(
         scheduling,
         blocked,
         retry,
+        evicted,
+        settled: step.settled,
     }
 }
 
@@ -1021,6 +1110,7 @@ fn failover_step(
         evicted: evictions,
         blocked: pass.decision.blocked,
         look_again,
+        settled: pass.task_changes,
     }
 }
 

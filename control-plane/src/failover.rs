@@ -83,6 +83,9 @@ pub struct Eviction {
     pub preserved: BTreeMap<String, String>,
     /// For the eviction record: how long the cluster stays out (`None`: forever).
     pub block_seconds: Option<i32>,
+    /// When the trouble began: the copy's `unhealthySince`, or since when the cluster was not
+    /// Ready (`None`: a deleted cluster).
+    pub failing_since: Option<Time>,
 }
 
 /// Ask the cluster's agent to delete and recreate the workload.
@@ -202,6 +205,7 @@ fn cluster_failover(
             .unwrap_or(Some(
                 ApplicationFailoverBehavior::DEFAULT_BLOCK_PREDECESSOR_SECONDS,
             )),
+        failing_since: None,
     };
     let Some(state) = ctx.clusters.get(name).filter(|s| !s.deleted) else {
         return Some(eviction(
@@ -213,13 +217,16 @@ fn cluster_failover(
     let toleration = i64::from(policy.toleration_seconds());
     let deadline = plus(since, toleration);
     if reached(ctx.now, &deadline) {
-        Some(eviction(
-            EVICTION_CLUSTER_FAILURE,
-            format!(
-                "cluster {name} has not been Ready since {} (toleration {toleration}s)",
-                since.0
-            ),
-        ))
+        Some(Eviction {
+            failing_since: Some(since.clone()),
+            ..eviction(
+                EVICTION_CLUSTER_FAILURE,
+                format!(
+                    "cluster {name} has not been Ready since {} (toleration {toleration}s)",
+                    since.0
+                ),
+            )
+        })
     } else {
         decision.wake_at(deadline);
         None
@@ -350,6 +357,7 @@ fn application_failover(
             .map(|sp| preserve(sp, Some(item)))
             .unwrap_or_default(),
         block_seconds: block_seconds(app),
+        failing_since: Some(since),
     });
 }
 
@@ -468,6 +476,7 @@ pub fn apply_evictions(
                 clusters_before_failover: before.clone(),
                 creation_timestamp: Some(now.clone()),
                 purged_at: None,
+                failing_since: eviction.failing_since.clone(),
             });
         }
         spec.eviction_history.push(EvictionRecord {

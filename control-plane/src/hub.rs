@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
@@ -32,12 +32,14 @@ use tokio::sync::{mpsc, watch};
 
 use crate::agentapi::{AgentApi, AgentApiConfig, AgentApiDeps};
 use crate::binder::{Binder, BinderMetrics, Caches};
-use crate::clusters::{ClusterHealthConfig, ClusterHealthMonitor};
+use crate::clusters::{ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor};
+use crate::failover_record::{FailoverMetrics, FailoverRecorder};
 use crate::interpreters::{InterpreterHandle, Interpreters};
 use crate::leadership::LeaderState;
 use crate::ledger::{Ledger, LedgerFeed, LedgerMetrics, LedgerWriter, LedgerWriterTask};
 use crate::placement::SchedulerPlacer;
 use crate::processor::{self, ProcessorDeps, ProcessorMetrics};
+use crate::recovery::{HubPhase, Recovered, Recovery};
 use crate::templates::{self, KindsSynced, Templates};
 use crate::work_store::WorkStore;
 
@@ -80,7 +82,14 @@ pub struct HubOptions {
     pub cluster_eviction_rate: f64,
     /// The event ledger: `sqlite://PATH` or `postgres://...` (see [`crate::ledger::Ledger::connect`]).
     pub database_url: String,
+    /// How long a new leader waits at most for the agents of the Ready clusters to re-send
+    /// their full state before it decides anything (`crate::recovery`).
+    pub recovery_timeout: Duration,
 }
+
+/// Default of [`HubOptions::recovery_timeout`]: three default cluster leases (a dead agent's
+/// cluster is judged lost within one lease of the new leader's start).
+pub const DEFAULT_RECOVERY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why the hub stopped. Each variant names the step.
 #[derive(Debug, thiserror::Error)]
@@ -279,9 +288,10 @@ pub async fn run(
     // The ledger's migrations run here: a database the hub cannot use stops it at start.
     let ledger = Ledger::connect(&options.database_url).await?;
     tracing::info!(backend = ledger.backend().as_str(), "event ledger ready");
+    let reader = ledger.clone();
     let (ledger_writer, ledger_task) =
         LedgerWriter::spawn(ledger, LedgerMetrics::new(&registry)?, Default::default());
-    let result = lead(options, registry, shutdown, client, ledger_writer).await;
+    let result = lead(options, registry, shutdown, client, ledger_writer, reader).await;
     close_ledger(ledger_task).await;
     result
 }
@@ -301,6 +311,7 @@ async fn lead(
     shutdown: impl Future<Output = ()> + Send + 'static,
     client: kube::Client,
     ledger_writer: LedgerWriter,
+    ledger_reader: Ledger,
 ) -> Result<(), HubError> {
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -453,7 +464,8 @@ async fn lead(
     tokio::spawn(ledger.clone().health_transitions(health_rx, work.clone()));
     let (intake, receiver) = crate::intake::channel(1024);
     let processor_metrics = ProcessorMetrics::new(&registry)?;
-    let _status = processor::run(
+    let (full_reports_tx, full_reports) = mpsc::unbounded_channel();
+    let status_view = processor::run(
         receiver,
         ProcessorDeps {
             client: client.clone(),
@@ -463,6 +475,7 @@ async fn lead(
             metrics: processor_metrics,
             transitions: Some(health_tx),
             written: None,
+            full_reports: Some(full_reports_tx),
             write_concurrency: options.status_writers.max(1),
         },
     );
@@ -510,6 +523,7 @@ async fn lead(
     let monitor =
         ClusterHealthMonitor::new(options.cluster_health.clone(), client.clone(), &registry)?;
     tokio::spawn(ledger.clone().cluster_transitions(monitor.subscribe()));
+    let cluster_health = monitor.readiness();
     tokio::spawn(monitor.run(leader_rx.clone(), stopped(stop_rx.clone())));
 
     // Templates and the binder.
@@ -529,8 +543,16 @@ async fn lead(
             work.clone(),
             BinderMetrics::new(&registry)?,
         )
-        .with_cluster_eviction_rate(options.cluster_eviction_rate),
+        .with_cluster_eviction_rate(options.cluster_eviction_rate)
+        .with_status_view(status_view)
+        .with_recorder(FailoverRecorder::new(
+            Some(ledger.clone()),
+            Some(client.clone()),
+            FailoverMetrics::new(&registry)?,
+        )),
     );
+    // Nothing is decided before this leader has recovered.
+    binder.set_deciding(false);
     let _ = binder_slot.set(binder.clone());
     let (kinds_tx, mut kinds_rx) = watch::channel(KindsSynced::default());
     {
@@ -550,14 +572,18 @@ async fn lead(
         binding_events_rx,
     ));
 
-    // Leading: wait for every cache, bind every template once, then open the work streams.
+    // Leading: wait for every cache, give every binding's work back to the agents, open the
+    // work streams, recover (hear from every Ready cluster), then decide.
+    let phase = PhaseGauge::new(&registry)?;
+    phase.set(HubPhase::Standby);
     let mut leading = leadership.clone();
     let mut stop = stop_rx.clone();
     tokio::select! {
         _ = leading.acquired() => {}
         _ = stop.wait_for(|s| *s) => return Ok(()),
     }
-    tracing::info!("leading: binding templates");
+    phase.set(HubPhase::Recovering);
+    tracing::info!("leading: recovering");
     while !(readiness.is_ready() && kinds_rx.borrow().complete()) {
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_millis(50)) => {}
@@ -565,6 +591,8 @@ async fn lead(
             _ = stop.wait_for(|s| *s) => return Ok(()),
         }
     }
+    // /readyz says Recovering until the decisions start.
+    let recovered = readiness.expect("recovery");
     binder.refresh_policies();
     binder.queue_all();
     let workers = tokio::spawn(binder.clone().run_workers(options.binder_workers.max(1)));
@@ -572,6 +600,14 @@ async fn lead(
     while !binder.queue.is_idle() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let ready_clusters: Vec<String> = binder
+        .caches
+        .clusters
+        .state()
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && c.is_ready())
+        .map(|c| kube::ResourceExt::name_any(c.as_ref()))
+        .collect();
     work.mark_ready();
     for binding in binder.caches.bindings.state() {
         let _ = aggregate_all.send(binding);
@@ -580,8 +616,44 @@ async fn lead(
         templates = templates.keys().len(),
         work = work.total(),
         seconds = started.elapsed().as_secs_f64(),
-        "first pass over the templates done: work streams open"
+        "the bindings' work is back in the store: work streams open"
     );
+    let recovery = Recovery::new(ready_clusters, Instant::now(), options.recovery_timeout);
+    let interrupted = tokio::select! {
+        outcome = recover(recovery, full_reports, cluster_health) => {
+            match outcome {
+                Recovered::Complete => tracing::info!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    "recovered: every Ready cluster re-sent its state or was lost; deciding"
+                ),
+                Recovered::TimedOut { waiting } => tracing::warn!(
+                    seconds = started.elapsed().as_secs_f64(),
+                    waiting = %waiting.join(","),
+                    "recovery timed out: these clusters neither re-sent their state nor lost their lease; deciding anyway"
+                ),
+            }
+            None
+        }
+        _ = leading.lost() => Some(Err(HubError::LostLeadership)),
+        _ = stop.wait_for(|s| *s) => Some(Ok(())),
+    };
+    if let Some(result) = interrupted {
+        binder.queue.close();
+        let _ = workers.await;
+        if result.is_ok() {
+            let _ = release_tx.send(());
+        }
+        return result;
+    }
+    binder.set_deciding(true);
+    binder.queue_all();
+    phase.set(HubPhase::Running);
+    recovered.synced();
+    tokio::spawn(backfill_evictions(
+        ledger_reader,
+        binder.caches.bindings.clone(),
+        ledger.clone(),
+    ));
     let gauges = {
         let binder = binder.clone();
         tokio::spawn(async move {
@@ -602,6 +674,95 @@ async fn lead(
     // The last write is done: the Lease may go.
     let _ = release_tx.send(());
     result
+}
+
+/// Waits until `recovery` is over: full reports and lost clusters come in, the deadline passes.
+async fn recover(
+    mut recovery: Recovery,
+    mut full_reports: mpsc::UnboundedReceiver<String>,
+    mut cluster_health: watch::Receiver<std::collections::BTreeMap<String, ClusterHealth>>,
+) -> Recovered {
+    loop {
+        for (cluster, health) in cluster_health.borrow_and_update().iter() {
+            if *health != ClusterHealth::Ready {
+                recovery.lost(cluster);
+            }
+        }
+        if let Some(outcome) = recovery.outcome(Instant::now()) {
+            return outcome;
+        }
+        tracing::debug!(waiting = %recovery.waiting().join(","), "recovering");
+        tokio::select! {
+            Some(cluster) = full_reports.recv() => {
+                tracing::info!(%cluster, "recovery: the cluster re-sent its full state");
+                recovery.full_report(&cluster);
+            }
+            Ok(()) = cluster_health.changed() => {}
+            _ = tokio::time::sleep_until(recovery.deadline().into()) => {}
+        }
+    }
+}
+
+/// Most ledger events of one binding read back to find its missing evictions.
+const BACKFILL_HISTORY_LIMIT: u32 = 10_000;
+
+/// Records the evictions in the bindings' history that the ledger lacks (a hub killed between
+/// writing an eviction and writing its ledger event), so the timeline stays whole across a crash.
+async fn backfill_evictions(reader: Ledger, bindings: Store<ResourceBinding>, feed: LedgerFeed) {
+    let mut added = 0usize;
+    for binding in bindings.state() {
+        if binding.spec.eviction_history.is_empty() {
+            continue;
+        }
+        let (namespace, name) = binding.key();
+        let recorded = match reader
+            .history_of_binding(&namespace, &name, BACKFILL_HISTORY_LIMIT)
+            .await
+        {
+            Ok(recorded) => recorded,
+            Err(error) => {
+                tracing::warn!(%error, binding = %format!("{namespace}/{name}"), "reading the ledger to backfill evictions failed");
+                continue;
+            }
+        };
+        for event in crate::failover_record::missing_evictions(&binding, &recorded) {
+            feed.record(event).await;
+            added += 1;
+        }
+    }
+    if added > 0 {
+        tracing::warn!(
+            evictions = added,
+            "the ledger lacked evictions recorded in the bindings (a hub stopped before writing them): added"
+        );
+    }
+}
+
+/// `lifeboat_hub_phase{phase}`: 1 for what this process is doing (Standby, Recovering,
+/// Running), 0 for the others.
+struct PhaseGauge(prometheus::IntGaugeVec);
+
+impl PhaseGauge {
+    fn new(registry: &Registry) -> Result<PhaseGauge, prometheus::Error> {
+        let gauge = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_phase",
+                "1 for what this hub process is doing: Standby (another leads), Recovering (leading, waiting for the agents' full state; nothing is decided), Running",
+            ),
+            &["phase"],
+        )?;
+        registry.register(Box::new(gauge.clone()))?;
+        Ok(PhaseGauge(gauge))
+    }
+
+    fn set(&self, now: HubPhase) {
+        for phase in HubPhase::ALL {
+            self.0
+                .with_label_values(&[phase.as_str()])
+                .set(i64::from(phase == now));
+        }
+        tracing::info!(phase = now.as_str(), "hub phase");
+    }
 }
 
 /// A policy changed: rebuild the index and bind every template again.

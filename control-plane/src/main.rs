@@ -62,6 +62,17 @@ struct Args {
     /// How often agents heartbeat (seconds).
     #[arg(long, default_value_t = 10)]
     heartbeat_seconds: u64,
+    /// An agent that has not reached the hub for this long suspends its workloads whose cluster
+    /// failover is `purgeMode: Directly`, and the hub recreates them elsewhere only once their
+    /// cluster has not been Ready for this long (seconds). Agents must be started with the same
+    /// period (`--fencing-period`): registration refuses another. A Cluster's
+    /// `spec.fencingPeriodSeconds` overrides it for that cluster.
+    #[arg(long, default_value_t = 60)]
+    fencing_period_seconds: u64,
+    /// A new leader waits at most this long for the agents of the Ready clusters to re-send
+    /// their full state before it decides evictions and placements (seconds).
+    #[arg(long, default_value_t = lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT.as_secs())]
+    recovery_timeout_seconds: u64,
     /// Templates bound in parallel. Each binding waits on two apiserver writes (spec, then
     /// status), so the workers, not the CPU, bound the binding rate: 4 gave about 20 bindings/s
     /// on the local fleet, 32 follows the create rate (BENCHMARKS.md, hub end to end).
@@ -119,6 +130,10 @@ impl Args {
             "--heartbeat-seconds: must be greater than 0 and less than --cluster-lease-seconds ({})",
             self.cluster_lease_seconds
         );
+        anyhow::ensure!(
+            self.fencing_period_seconds > 0 && self.fencing_period_seconds <= i32::MAX as u64,
+            "--fencing-period-seconds: must be greater than 0"
+        );
         let lease_duration = Duration::from_secs(self.cluster_lease_seconds);
         let leader_election = self
             .leader_election
@@ -133,6 +148,7 @@ impl Args {
                 namespace: self.namespace.clone(),
                 lease_duration,
                 heartbeat_interval: Duration::from_secs(self.heartbeat_seconds),
+                fencing_period: Duration::from_secs(self.fencing_period_seconds),
                 ..AgentApiConfig::default()
             },
             cluster_health: ClusterHealthConfig {
@@ -146,6 +162,7 @@ impl Args {
             scheduler,
             cluster_eviction_rate: self.cluster_eviction_rate,
             database_url: self.database_url.clone(),
+            recovery_timeout: Duration::from_secs(self.recovery_timeout_seconds),
         })
     }
 }

@@ -386,6 +386,35 @@ impl StatusState {
             .unwrap_or_default()
     }
 
+    /// Whether this state holds per-cluster items of `binding` that the binding's status (as
+    /// the caller's copy shows it) does not have yet: a write on its way, or a write the
+    /// caller's cache has not seen. Only the clusters the status is written for count.
+    pub fn ahead_of(&self, binding: &ResourceBinding) -> bool {
+        let key = crate::dispatch::work_key(binding);
+        let Some(tracked) = self
+            .bindings
+            .get(&key)
+            .filter(|t| Some(t.uid.as_str()) == binding.metadata.uid.as_deref())
+        else {
+            return false;
+        };
+        let current = binding
+            .status
+            .as_ref()
+            .map(|s| s.aggregated_status.as_slice())
+            .unwrap_or_default();
+        written_for(binding).into_iter().any(|cluster| {
+            tracked.items.get(cluster).is_some_and(|mine| {
+                current
+                    .iter()
+                    .find(|i| i.cluster_name == cluster)
+                    .is_none_or(|theirs| {
+                        !same_as_written(std::slice::from_ref(theirs), std::slice::from_ref(mine))
+                    })
+            })
+        })
+    }
+
     /// The UID the state of `key` belongs to.
     pub fn uid(&self, key: &WorkKey) -> Option<&str> {
         self.bindings.get(key).map(|t| t.uid.as_str())
@@ -468,6 +497,8 @@ pub struct ProcessorDeps {
     pub transitions: Option<mpsc::UnboundedSender<HealthTransition>>,
     /// Bindings whose status was written (the template status aggregation follows them).
     pub written: Option<mpsc::UnboundedSender<WorkKey>>,
+    /// The cluster of each full report once it is folded in (a recovering hub waits for them).
+    pub full_reports: Option<mpsc::UnboundedSender<String>>,
     /// Parallel status writes.
     pub write_concurrency: usize,
 }
@@ -534,12 +565,14 @@ pub type SharedState = Arc<Mutex<StatusState>>;
 pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
     let state: SharedState = Arc::new(Mutex::new(StatusState::default()));
     let (dirty_tx, dirty_rx) = mpsc::unbounded_channel::<WorkKey>();
+    let again = dirty_tx.clone();
     let thread_state = state.clone();
     let bindings = deps.bindings.clone();
     let work = deps.work.clone();
     let interpreters = deps.interpreters.clone();
     let metrics = deps.metrics.clone();
     let transitions = deps.transitions.clone();
+    let full_reports = deps.full_reports.clone();
     let threads = interpret_threads();
     let spawned = std::thread::Builder::new()
         .name("status-processor".into())
@@ -588,20 +621,32 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
                 for key in processed.dirty {
                     let _ = dirty_tx.send(key);
                 }
+                if batch.report.full
+                    && let Some(tx) = &full_reports
+                {
+                    let _ = tx.send(batch.cluster.clone());
+                }
                 let _ = submission.reply.send(processed.response);
             }
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the status processor thread");
     }
-    tokio::spawn(write_dirty(dirty_rx, state.clone(), deps).in_current_span());
+    tokio::spawn(write_dirty(dirty_rx, again, state.clone(), deps).in_current_span());
     state
 }
+
+/// A failed status write is tried again after this long, this many times (the items stay in
+/// the processor's state; without a retry the binding would show them only after the next
+/// change, and the binder would wait for them).
+const WRITE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+const WRITE_TRIES: u32 = 5;
 
 /// Writes the status of dirty bindings, each at most `write_concurrency` at once; a binding
 /// that becomes dirty again while being written is written again after.
 async fn write_dirty(
     mut rx: mpsc::UnboundedReceiver<WorkKey>,
+    again: mpsc::UnboundedSender<WorkKey>,
     state: SharedState,
     deps: ProcessorDeps,
 ) {
@@ -615,6 +660,8 @@ async fn write_dirty(
     } = deps;
     let semaphore = Arc::new(tokio::sync::Semaphore::new(write_concurrency.max(1)));
     let pending: Arc<Mutex<HashSet<WorkKey>>> = Arc::new(Mutex::new(HashSet::new()));
+    // Failed writes in a row per binding (cleared by a write that works).
+    let failures: Arc<Mutex<HashMap<WorkKey, u32>>> = Arc::new(Mutex::new(HashMap::new()));
     while let Some(key) = rx.recv().await {
         if !pending
             .lock()
@@ -626,13 +673,15 @@ async fn write_dirty(
         let Ok(permit) = semaphore.clone().acquire_owned().await else {
             return;
         };
-        let (client, bindings, state, pending, metrics, written) = (
+        let (client, bindings, state, pending, metrics, written, failures, again) = (
             client.clone(),
             bindings.clone(),
             state.clone(),
             pending.clone(),
             metrics.clone(),
             written.clone(),
+            failures.clone(),
+            again.clone(),
         );
         tokio::spawn(async move {
             // Taken off the pending set before reading the state: a change that lands during
@@ -648,6 +697,18 @@ async fn write_dirty(
                 Err(_) => "error",
             };
             metrics.status_writes.with_label_values(&[label]).inc();
+            let tries = {
+                let mut failures = failures.lock().unwrap_or_else(|e| e.into_inner());
+                if result.is_ok() {
+                    failures.remove(&key);
+                    0
+                } else {
+                    let tries = failures.entry(key.clone()).or_default();
+                    *tries += 1;
+                    *tries
+                }
+            };
+            drop(permit);
             match result {
                 Ok(true) => {
                     if let Some(tx) = &written {
@@ -655,11 +716,19 @@ async fn write_dirty(
                     }
                 }
                 Ok(false) => {}
+                Err(e) if tries < WRITE_TRIES => {
+                    tracing::warn!(binding = %key, error = %e, tries, "writing binding status failed; trying again");
+                    tokio::time::sleep(WRITE_RETRY * tries).await;
+                    let _ = again.send(key);
+                }
                 Err(e) => {
-                    tracing::warn!(binding = %key, error = %e, "writing binding status failed")
+                    failures
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&key);
+                    tracing::warn!(binding = %key, error = %e, tries, "writing binding status failed; giving up until its next report");
                 }
             }
-            drop(permit);
         });
     }
 }
@@ -698,15 +767,19 @@ pub async fn write_status(
     Ok(true)
 }
 
-/// The status patch for a binding: the items of the clusters it is placed on or being evicted
-/// from (old copies still report under Gracefully and Never), and the two conditions; and
-/// whether it differs from the binding's current status.
-pub fn status_patch(
-    binding: &ResourceBinding,
-    items: Vec<AggregatedStatusItem>,
-    now: &Time,
-) -> (serde_json::Value, bool) {
-    let wanted: HashSet<&str> = binding
+/// Equal once written: the API keeps times to the second, the processor's state to the
+/// microsecond, so items are compared in their written (JSON) form.
+fn same_as_written(a: &[AggregatedStatusItem], b: &[AggregatedStatusItem]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(x, y)| x == y || serde_json::to_value(x).ok() == serde_json::to_value(y).ok())
+}
+
+/// The clusters whose items a binding's status carries: those it is placed on or being evicted
+/// from (old copies still report under Gracefully and Never).
+fn written_for(binding: &ResourceBinding) -> HashSet<&str> {
+    binding
         .spec
         .clusters
         .iter()
@@ -718,7 +791,18 @@ pub fn status_patch(
                 .iter()
                 .map(|t| t.from_cluster.as_str()),
         )
-        .collect();
+        .collect()
+}
+
+/// The status patch for a binding: the items of the clusters it is placed on or being evicted
+/// from (old copies still report under Gracefully and Never), and the two conditions; and
+/// whether it differs from the binding's current status.
+pub fn status_patch(
+    binding: &ResourceBinding,
+    items: Vec<AggregatedStatusItem>,
+    now: &Time,
+) -> (serde_json::Value, bool) {
+    let wanted = written_for(binding);
     let items: Vec<AggregatedStatusItem> = items
         .into_iter()
         .filter(|i| wanted.contains(i.cluster_name.as_str()))
@@ -749,7 +833,7 @@ pub fn status_patch(
                 && p.observed_generation == c.observed_generation
         })
     });
-    let changed = current_items != items.as_slice() || !same_conditions;
+    let changed = !same_as_written(current_items, &items) || !same_conditions;
     let patch = serde_json::json!({
         "apiVersion": "work.lifeboat.dev/v1alpha1",
         "kind": "ResourceBinding",
@@ -865,6 +949,48 @@ mod tests {
         assert_eq!(p.response.accepted, 0);
         assert!(p.response.rejected[0].reason.starts_with("stale"));
         assert_eq!(state.items(&key())[0].health, ResourceHealth::Healthy);
+    }
+
+    #[test]
+    fn a_binding_whose_status_lags_behind_the_processor_is_behind() {
+        let work = store_with_work();
+        let interp = interpreters();
+        let mut state = StatusState::default();
+        let mut binding: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "train-appwrapper", "namespace": "ml", "uid": "uid-1"},
+            "spec": {
+                "resource": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"},
+                "clusters": [{"name": "m1"}]
+            },
+            "status": {"aggregatedStatus": [{
+                "clusterName": "m1", "applied": true, "health": "Unhealthy",
+                "failureClass": "Infrastructure", "unhealthySince": "2026-01-01T00:00:00Z"
+            }]}
+        }))
+        .unwrap();
+        // Nothing reported since the start: nothing to wait for.
+        assert!(!state.ahead_of(&binding));
+        let seed = Arc::new(binding.clone());
+        let b = batch("m1", vec![report(1, appwrapper("Running", None))]);
+        // A time within a second, as the processor's clock gives it.
+        let now = Time(at(100).0 + k8s_openapi::jiff::SignedDuration::from_millis(250));
+        state.process(&b, &work, |_| Some(seed.clone()), &interp, &now);
+        // The processor knows it is Healthy again; the binding still says Unhealthy.
+        assert!(state.ahead_of(&binding));
+        // Written, and the copy read back shows it (times to the second): caught up.
+        binding.status.as_mut().unwrap().aggregated_status =
+            serde_json::from_value(serde_json::to_value(state.items(&key())).unwrap()).unwrap();
+        assert!(!state.ahead_of(&binding));
+        // A cluster the status is not written for (no placement there) does not count.
+        let mut moved = binding.clone();
+        moved.spec.clusters[0].name = "m2".into();
+        moved.status.as_mut().unwrap().aggregated_status.clear();
+        assert!(!state.ahead_of(&moved));
+        // Nor does a binding of another UID (deleted and created again).
+        let mut other = seed.as_ref().clone();
+        other.metadata.uid = Some("uid-2".into());
+        assert!(!state.ahead_of(&other));
     }
 
     #[test]

@@ -69,6 +69,22 @@ impl Templates {
             .get(&ObjectRef::new_with(&key.name, watched.resource.clone()).within(&key.namespace))
     }
 
+    /// A reference to the template (for its Events), as served on the hub.
+    pub fn object_ref(
+        &self,
+        key: &TemplateKey,
+    ) -> Option<k8s_openapi::api::core::v1::ObjectReference> {
+        let kinds = self.read();
+        let watched = kinds.get(key.kind)?;
+        let template = watched.store.get(
+            &ObjectRef::new_with(&key.name, watched.resource.clone()).within(&key.namespace),
+        )?;
+        Some(kube::Resource::object_ref(
+            template.as_ref(),
+            &watched.resource,
+        ))
+    }
+
     /// Every cached template's key.
     pub fn keys(&self) -> Vec<TemplateKey> {
         let kinds = self.read();

@@ -1,6 +1,7 @@
 //! Lifeboat as real processes on the local fleet (`Fleet::up` with Lifeboat: two `lifeboat-hub`
 //! replicas with leader election, a `lifeboat-agent` per member in hub mode), broken the way
-//! production breaks: SIGKILL of an agent, a restart of the hub, SIGKILL of the leading hub.
+//! production breaks: SIGKILL of an agent, a restart of the hub, SIGKILL of every hub in the
+//! middle of a failover, SIGKILL of the leading hub.
 //! The tests run one at a time, in order, on one fleet (hub + 2 members).
 //!
 //! Needs the binaries: `cargo build -p lifeboat-hub -p lifeboat-agent` (`make e2e` does it).
@@ -60,6 +61,10 @@ fn main() -> ExitCode {
             E2eTest::new(
                 "a_hub_restart_keeps_every_binding_and_placement",
                 hub_restart,
+            ),
+            E2eTest::new(
+                "a_hub_killed_mid_failover_recovers_with_one_copy_one_eviction_and_its_history",
+                killed_mid_failover,
             ),
             E2eTest::new(
                 "killing_the_leading_hub_hands_over_within_its_lease",
@@ -369,6 +374,272 @@ async fn hub_restart(ctx: Arc<TestContext>) -> TestResult {
             "{name}: one copy"
         );
     }
+    Ok(())
+}
+
+/// The binding of the AppWrapper `name` in the test's namespace.
+async fn binding_of(ctx: &TestContext, name: &str) -> Result<ResourceBinding, String> {
+    let bindings: Api<ResourceBinding> = Api::namespaced(
+        ctx.client("hub").await.map_err(|e| e.to_string())?,
+        &ctx.namespace,
+    );
+    bindings
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|b| b.spec.resource.name == name)
+        .ok_or_else(|| format!("no binding of {name} yet"))
+}
+
+fn clusters_of(b: &ResourceBinding) -> Vec<String> {
+    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
+}
+
+/// Scenario 7 of the failover issue: every hub is SIGKILLed right after it wrote an eviction
+/// and started again. The policy's purge mode is Never, so the failover is still in progress at
+/// the kill, whatever the timing: its eviction task keeps the old copy until a human confirms.
+/// The new leader recovers (waits for the agents' full state) before it decides anything; it
+/// neither evicts again nor purges the old copy by itself; once the purge is confirmed the
+/// workload runs once, in the other member, the binding holds exactly one eviction, and the
+/// ledger's timeline has that eviction (backfilled from the binding if the kill lost it) and
+/// everything recorded before the kill.
+async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
+    let members = ctx.fleet.member_names();
+    let ns = ctx.namespace("hub").await?;
+    let hub = ctx.client("hub").await?;
+    let name = "moving";
+    apply_propagation_policy(
+        &hub,
+        &ns,
+        name,
+        json!({
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": name}],
+            "placement": {"clusterAffinity": {"clusterNames": members}},
+            "failover": {"application": {
+                "decisionConditions": {"tolerationSeconds": 0},
+                "purgeMode": "Never"
+            }}
+        }),
+    )
+    .await?;
+    // No retries and no failure grace: the first failure is final in its member.
+    let mut template = training(name, &ns)?;
+    template.metadata.annotations = Some(
+        [
+            ("workload.codeflare.dev.appwrapper/retryLimit", "0"),
+            (
+                "workload.codeflare.dev.appwrapper/failureGracePeriodDuration",
+                "0s",
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    let on_hub: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &appwrappers());
+    on_hub.create(&PostParams::default(), &template).await?;
+    let placed = wait::until(&format!("{name} placed"), T, || async {
+        match clusters_of(&binding_of(&ctx, name).await?).as_slice() {
+            [one] => Ok(one.clone()),
+            other => Err(format!("clusters {other:?}")),
+        }
+    })
+    .await?;
+    let other = members
+        .iter()
+        .find(|m| **m != placed)
+        .cloned()
+        .ok_or("no other member")?;
+    until_running(&ctx, name, &placed, T).await?;
+
+    // Its pod fails on a NotReady node: a final Infrastructure failure in `placed`.
+    let member = ctx.client(&placed).await?;
+    let pods: Api<Pod> = Api::namespaced(member.clone(), &ns);
+    let selector = format!("workload.codeflare.dev/appwrapper={name}");
+    let running = pods
+        .list(&ListParams::default().labels(&selector))
+        .await?
+        .items;
+    let nodes: Vec<String> = running
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    if nodes.is_empty() {
+        return Err(format!("no pod of {name} on a node in {placed}").into());
+    }
+    for node in &nodes {
+        lifeboat_e2e::faults::set_node_ready(&member, node, false).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for pod in &running {
+        let pod = pod.metadata.name.clone().unwrap_or_default();
+        match lifeboat_e2e::faults::fail_pod(&member, &ns, &pod, 1).await {
+            Ok(()) => {}
+            // The agent may have failed the AppWrapper for the NotReady node first (its pods go).
+            Err(e) if e.to_string().contains("NotFound") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The moment the eviction is written, every hub dies.
+    let evicted = wait::until("the eviction written", T, || async {
+        let b = binding_of(&ctx, name).await?;
+        if b.spec
+            .eviction_history
+            .iter()
+            .any(|r| r.cluster_name == placed)
+        {
+            Ok(b)
+        } else {
+            Err(format!("clusters {:?}, no eviction yet", clusters_of(&b)))
+        }
+    })
+    .await?;
+    let hubs: Vec<LifeboatProcess> = ctx
+        .fleet
+        .lifeboat_processes()
+        .into_iter()
+        .filter(|p| matches!(p, LifeboatProcess::Hub(_)))
+        .collect();
+    for process in &hubs {
+        ctx.fleet.kill_lifeboat(process)?;
+    }
+    let task_of = |b: &ResourceBinding| {
+        b.spec
+            .graceful_eviction_tasks
+            .iter()
+            .any(|t| t.from_cluster == placed)
+    };
+    assert!(
+        task_of(&evicted),
+        "the failover is in progress at the kill: {:?}",
+        evicted.spec.graceful_eviction_tasks
+    );
+    for node in &nodes {
+        lifeboat_e2e::faults::set_node_ready(&member, node, true).await?;
+    }
+    for process in &hubs {
+        ctx.fleet.restart_lifeboat(process).await?;
+    }
+    ctx.fleet.until_lifeboat_ready(T).await?;
+
+    // The new leader finishes the failover as written: Running in the other member, the old
+    // copy kept (Never), one eviction.
+    let moved = until_running(&ctx, name, &other, T).await?;
+    let kept = binding_of(&ctx, name).await?;
+    assert!(
+        task_of(&kept),
+        "the old copy's task is kept until confirmed"
+    );
+    assert_eq!(
+        kept.spec.eviction_history.len(),
+        1,
+        "{:?}",
+        kept.spec.eviction_history
+    );
+    assert!(
+        copies(&ctx, name).await?.contains_key(&placed),
+        "the old copy in {placed} stays until the purge is confirmed"
+    );
+    // The purge is confirmed (what `lifeboatctl confirm-purge` writes): the old copy goes.
+    let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
+    bindings
+        .patch(
+            kept.metadata.name.as_deref().unwrap_or_default(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                lifeboat_api::binding::ANNOTATION_CONFIRM_PURGE: placed
+            }}})),
+        )
+        .await?;
+    let done = wait::until("the eviction task done, the old copy gone", T, || async {
+        let b = binding_of(&ctx, name).await?;
+        let copies = copies(&ctx, name).await.map_err(|e| e.to_string())?;
+        if clusters_of(&b) == [other.clone()]
+            && b.spec.graceful_eviction_tasks.is_empty()
+            && copies.keys().collect::<Vec<_>>() == [&other]
+        {
+            Ok(b)
+        } else {
+            Err(format!(
+                "clusters {:?}, tasks {:?}, copies {copies:?}",
+                clusters_of(&b),
+                b.spec.graceful_eviction_tasks
+            ))
+        }
+    })
+    .await?;
+    let evictions: Vec<_> = done
+        .spec
+        .eviction_history
+        .iter()
+        .map(|r| (&r.cluster_name, &r.reason))
+        .collect();
+    assert_eq!(
+        evictions,
+        [(&placed, &"ApplicationFailure".to_string())],
+        "exactly one eviction, from {placed}"
+    );
+    // One copy, the same object as soon as it ran (never created twice).
+    let (uid, _, _) = settled(&ctx, name, &other).await?;
+    assert_eq!(
+        Some(uid.as_str()),
+        moved.metadata.uid.as_deref(),
+        "{name} in {other} was created again"
+    );
+
+    // The ledger's timeline: the eviction exactly once, the placements and dispatches from
+    // before the kill still there.
+    let ledger_file = ctx
+        .fleet
+        .kubeconfig("hub")?
+        .parent()
+        .ok_or("the hub's state folder")?
+        .join("lifeboat-ledger.db");
+    let ledger =
+        lifeboat_hub::ledger::Ledger::connect(&format!("sqlite://{}", ledger_file.display()))
+            .await?;
+    let binding_name = done.metadata.name.clone().unwrap_or_default();
+    let history = wait::until("the eviction in the ledger", T, || async {
+        let history = ledger
+            .history_of_binding(&ns, &binding_name, 10_000)
+            .await
+            .map_err(|e| e.to_string())?;
+        let evictions = history
+            .iter()
+            .filter(|r| r.event.kind == lifeboat_hub::ledger::EventKind::Eviction)
+            .count();
+        if evictions >= 1 {
+            Ok(history)
+        } else {
+            Err(format!("{} events, no eviction yet", history.len()))
+        }
+    })
+    .await?;
+    let of = |kind: lifeboat_hub::ledger::EventKind, cluster: &str| {
+        history
+            .iter()
+            .filter(|r| r.event.kind == kind && r.event.cluster.as_deref() == Some(cluster))
+            .count()
+    };
+    use lifeboat_hub::ledger::EventKind::{Dispatch, Eviction, Placement};
+    assert_eq!(
+        of(Eviction, &placed),
+        1,
+        "one eviction from {placed}: {history:#?}"
+    );
+    assert_eq!(of(Eviction, &other), 0, "no eviction from {other}");
+    assert!(
+        of(Placement, &placed) >= 1,
+        "the first placement on {placed} is kept"
+    );
+    assert!(
+        of(Dispatch, &placed) >= 1,
+        "the dispatch to {placed} is kept"
+    );
+    assert!(of(Dispatch, &other) >= 1, "the dispatch to {other}");
+    ledger.close().await;
     Ok(())
 }
 

@@ -68,6 +68,7 @@ pub async fn start_hub_with(
         scheduler: Default::default(),
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: ledger_url(&ctx.namespace)?,
+        recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
     };
     configure(&mut options);
     tokio::spawn(async move {

@@ -1,0 +1,580 @@
+//! What the binder's decisions leave besides the binding itself: the event ledger (each
+//! eviction with its inputs, each placement, each blocked failover and settled eviction task),
+//! Kubernetes Events on the binding and on its template, and metrics (failovers by reason and
+//! class, failover duration, blocked failovers).
+//!
+//! The ledger events and the Event texts are built by pure functions (unit-tested with fixed
+//! times); [`FailoverRecorder`] does the IO. Only the leader records: the ledger feed checks the
+//! leadership, and only the leader's binder runs.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use lifeboat_api::binding::{GracefulEvictionTask, ResourceBinding};
+use serde_json::json;
+
+use crate::failover::{Blocked, Eviction, TaskChange};
+use crate::ledger::feed::ledger_time;
+use crate::ledger::{BindingRef, EventKind, LedgerEvent, LedgerFeed};
+
+/// `to` of a placement event.
+pub const PLACED: &str = "Placed";
+/// `to` of an eviction event.
+pub const EVICTED: &str = "Evicted";
+/// `to` of a decision that blocks a failover.
+pub const BLOCKED: &str = "Blocked";
+/// `to` of an eviction task whose old copy is confirmed gone (Directly).
+pub const PURGED: &str = "Purged";
+/// `to` of an eviction task that ended (its old copy, if kept, goes now).
+pub const TASK_DONE: &str = "EvictionTaskDone";
+
+/// The failover metrics (low-cardinality labels: reason and class are closed sets).
+#[derive(Clone)]
+pub struct FailoverMetrics {
+    /// Evictions made, by reason (`ApplicationFailure`, `ClusterFailure`, `ClusterDeleted`) and
+    /// failure class.
+    pub failovers: prometheus::IntCounterVec,
+    /// From the first Unhealthy report (or the cluster leaving Ready) to the new placement
+    /// Healthy, for evictions whose task ends that way.
+    pub duration: prometheus::Histogram,
+    /// Failovers that were due but blocked, by reason, counted when the block begins.
+    pub blocked: prometheus::IntCounterVec,
+}
+
+impl FailoverMetrics {
+    pub fn new(registry: &prometheus::Registry) -> Result<FailoverMetrics, prometheus::Error> {
+        let failovers = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_failovers_total",
+                "Evictions of a workload from a cluster (failovers), by reason and failure class",
+            ),
+            &["reason", "class"],
+        )?;
+        let duration = prometheus::Histogram::with_opts(
+            prometheus::HistogramOpts::new(
+                "lifeboat_hub_failover_duration_seconds",
+                "From the first Unhealthy report of the evicted copy (or its cluster leaving Ready) to the new placement Healthy",
+            )
+            .buckets(vec![
+                0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
+            ]),
+        )?;
+        let blocked = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_failovers_blocked_total",
+                "Failovers that were due but blocked (NoOtherClusterFits, ApplicationFailure, NeverHealthy, WaitingForPurge, WaitingForPurgeConfirmation), counted when the block begins",
+            ),
+            &["reason"],
+        )?;
+        registry.register(Box::new(failovers.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        registry.register(Box::new(blocked.clone()))?;
+        Ok(FailoverMetrics {
+            failovers,
+            duration,
+            blocked,
+        })
+    }
+}
+
+/// What one binder pass changed, as far as the records go.
+pub struct PassRecord<'a> {
+    /// The binding before the pass (`None`: it was created by it).
+    pub before: Option<&'a ResourceBinding>,
+    /// The binding as written.
+    pub after: &'a ResourceBinding,
+    /// Evictions made (written into the spec).
+    pub evicted: &'a [Eviction],
+    /// Eviction tasks settled.
+    pub settled: &'a [TaskChange],
+    /// Failovers blocked now.
+    pub blocked: &'a [Blocked],
+    /// The template (for its Events).
+    pub template: Option<ObjectReference>,
+    pub now: &'a Time,
+}
+
+fn binding_ref(binding: &ResourceBinding) -> BindingRef {
+    let (namespace, name) = binding.key();
+    let reference = BindingRef::new(namespace, name);
+    match binding.metadata.uid.as_deref() {
+        Some(uid) if !uid.is_empty() => reference.with_uid(uid),
+        _ => reference,
+    }
+}
+
+fn clusters(binding: &ResourceBinding) -> Vec<String> {
+    binding
+        .spec
+        .clusters
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
+/// An eviction with the inputs that decided it: reason, class, message (health reason and
+/// timer), purge mode, grace period, how long the cluster stays out, preserved labels, and
+/// where the workload went.
+pub fn eviction_event(binding: &ResourceBinding, eviction: &Eviction, now: &Time) -> LedgerEvent {
+    let mut event = LedgerEvent::new(EventKind::Eviction, ledger_time(now))
+        .with_binding(binding_ref(binding))
+        .with_cluster(&eviction.cluster)
+        .with_to(EVICTED)
+        .with_reason(eviction.reason)
+        .with_class(eviction.class)
+        .with_detail("message", eviction.message.as_str())
+        .with_detail("purgeMode", json!(eviction.purge_mode))
+        .with_detail("placedOn", json!(clusters(binding)));
+    if let Some(grace) = eviction.grace_period_seconds {
+        event = event.with_detail("gracePeriodSeconds", grace);
+    }
+    event = event.with_detail(
+        "blockedForSeconds",
+        eviction.block_seconds.map_or(json!(null), |s| json!(s)),
+    );
+    if let Some(since) = &eviction.failing_since {
+        event = event.with_detail("failingSince", json!(since));
+    }
+    if !eviction.preserved.is_empty() {
+        event = event.with_detail("preservedLabels", json!(eviction.preserved));
+    }
+    event
+}
+
+/// The binding was placed on `cluster` (first placement, a failover's new copy, a policy
+/// change).
+pub fn placement_event(binding: &ResourceBinding, cluster: &str, now: &Time) -> LedgerEvent {
+    let replicas = binding
+        .spec
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster)
+        .map(|c| c.replicas)
+        .unwrap_or_default();
+    LedgerEvent::new(EventKind::Placement, ledger_time(now))
+        .with_binding(binding_ref(binding))
+        .with_cluster(cluster)
+        .with_to(PLACED)
+        .with_detail("replicas", replicas)
+        .with_detail("placedOn", json!(clusters(binding)))
+}
+
+/// A failover that is due but does not happen, and why.
+pub fn blocked_event(binding: &ResourceBinding, blocked: &Blocked, now: &Time) -> LedgerEvent {
+    LedgerEvent::new(EventKind::Decision, ledger_time(now))
+        .with_binding(binding_ref(binding))
+        .with_cluster(&blocked.cluster)
+        .with_to(BLOCKED)
+        .with_reason(blocked.reason)
+        .with_detail("message", blocked.message.as_str())
+}
+
+/// An eviction task moved on: the old copy is gone (Directly), or the task ended.
+pub fn settled_event(binding: &ResourceBinding, change: &TaskChange, now: &Time) -> LedgerEvent {
+    let event =
+        LedgerEvent::new(EventKind::Decision, ledger_time(now)).with_binding(binding_ref(binding));
+    match change {
+        TaskChange::Purged { cluster } => event
+            .with_cluster(cluster)
+            .with_to(PURGED)
+            .with_reason("OldCopyGone"),
+        TaskChange::Remove { cluster, why } => event
+            .with_cluster(cluster)
+            .with_to(TASK_DONE)
+            .with_detail("message", why.as_str()),
+    }
+}
+
+/// Seconds from the trouble to the new placement Healthy, for a task that ends now because the
+/// new placement is Healthy.
+pub fn failover_seconds(task: &GracefulEvictionTask, now: &Time) -> Option<f64> {
+    let since = task.failing_since.as_ref()?;
+    let seconds = now.0.duration_since(since.0).as_secs_f64();
+    (seconds >= 0.0).then_some(seconds)
+}
+
+/// The failovers blocked now that were not blocked for the same reason before: the condition
+/// only says the first reason, so a block is new when its (cluster, reason) was not in the
+/// previous message's set.
+pub fn newly_blocked<'b>(
+    before: Option<&ResourceBinding>,
+    blocked: &'b [Blocked],
+) -> Vec<&'b Blocked> {
+    let previous =
+        before.and_then(|b| b.condition(lifeboat_api::binding::CONDITION_FAILOVER_BLOCKED));
+    let was: BTreeSet<&str> = previous
+        .filter(|c| c.status == "True")
+        .map(|c| c.message.split("; ").collect())
+        .unwrap_or_default();
+    blocked
+        .iter()
+        .filter(|b| !was.contains(b.message.as_str()))
+        .collect()
+}
+
+/// The evictions in the binding's history that the ledger does not hold (`recorded`: the
+/// binding's ledger events): what a hub killed between writing an eviction and writing its
+/// ledger event leaves out. The binding is the source of truth; the missing events are built
+/// from its records (at their eviction time, marked `recovered`). Times compare to the second,
+/// the precision of the binding's timestamps.
+pub fn missing_evictions(
+    binding: &ResourceBinding,
+    recorded: &[crate::ledger::LedgerRecord],
+) -> Vec<LedgerEvent> {
+    let have: BTreeSet<(&str, i64)> = recorded
+        .iter()
+        .filter(|r| r.event.kind == EventKind::Eviction)
+        .filter_map(|r| Some((r.event.cluster.as_deref()?, r.event.at.timestamp())))
+        .collect();
+    binding
+        .spec
+        .eviction_history
+        .iter()
+        .filter(|r| !have.contains(&(r.cluster_name.as_str(), r.evicted_at.0.as_second())))
+        .map(|r| {
+            let mut event = LedgerEvent::new(EventKind::Eviction, ledger_time(&r.evicted_at))
+                .with_binding(binding_ref(binding))
+                .with_cluster(&r.cluster_name)
+                .with_to(EVICTED)
+                .with_reason(&r.reason)
+                .with_detail("recovered", true)
+                .with_detail(
+                    "blockedUntil",
+                    r.expires_at.as_ref().map_or(json!(null), |t| json!(t)),
+                );
+            if let Some(class) = r.failure_class {
+                event = event.with_class(class);
+            }
+            if let Some(message) = &r.message {
+                event = event.with_detail("message", message.as_str());
+            }
+            event
+        })
+        .collect()
+}
+
+/// Records a pass: ledger, Events, metrics.
+pub struct FailoverRecorder {
+    ledger: Option<LedgerFeed>,
+    events: Option<Recorder>,
+    metrics: FailoverMetrics,
+}
+
+impl FailoverRecorder {
+    pub fn new(
+        ledger: Option<LedgerFeed>,
+        client: Option<kube::Client>,
+        metrics: FailoverMetrics,
+    ) -> FailoverRecorder {
+        let events = client.map(|client| {
+            Recorder::new(
+                client,
+                Reporter {
+                    controller: "lifeboat-hub".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            )
+        });
+        FailoverRecorder {
+            ledger,
+            events,
+            metrics,
+        }
+    }
+
+    async fn ledger(&self, event: LedgerEvent) {
+        if let Some(ledger) = &self.ledger {
+            ledger.record(event).await;
+        }
+    }
+
+    async fn publish(&self, pass: &PassRecord<'_>, type_: EventType, reason: &str, note: String) {
+        let Some(recorder) = &self.events else { return };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(truncate_note(note)),
+            action: "Failover".into(),
+            secondary: None,
+        };
+        let mut references = vec![pass.after.object_ref(&())];
+        references.extend(pass.template.clone());
+        for reference in references {
+            if let Err(error) = recorder.publish(&event, &reference).await {
+                tracing::warn!(%error, reason, "publishing an Event failed");
+            }
+        }
+    }
+
+    /// Records what `pass` did.
+    pub async fn record(&self, pass: PassRecord<'_>) {
+        let now = pass.now;
+        let before: BTreeSet<String> = pass
+            .before
+            .map(clusters)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        for eviction in pass.evicted {
+            self.metrics
+                .failovers
+                .with_label_values(&[eviction.reason, eviction.class.as_str()])
+                .inc();
+            self.ledger(eviction_event(pass.after, eviction, now)).await;
+            let note = format!(
+                "evicted from {} ({}, class {}), placed on {}: {}",
+                eviction.cluster,
+                eviction.reason,
+                eviction.class.as_str(),
+                placed_on(pass.after),
+                eviction.message
+            );
+            self.publish(&pass, EventType::Warning, "Evicted", note)
+                .await;
+        }
+        for cluster in clusters(pass.after).iter().filter(|c| !before.contains(*c)) {
+            self.ledger(placement_event(pass.after, cluster, now)).await;
+        }
+        for change in pass.settled {
+            if let (TaskChange::Remove { cluster, .. }, Some(before)) = (change, pass.before)
+                && crate::failover::new_placement_healthy(before)
+                && let Some(task) = before
+                    .spec
+                    .graceful_eviction_tasks
+                    .iter()
+                    .find(|t| &t.from_cluster == cluster)
+                && let Some(seconds) = failover_seconds(task, now)
+            {
+                self.metrics.duration.observe(seconds);
+            }
+            self.ledger(settled_event(pass.after, change, now)).await;
+        }
+        for blocked in newly_blocked(pass.before, pass.blocked) {
+            self.metrics
+                .blocked
+                .with_label_values(&[blocked.reason])
+                .inc();
+            self.ledger(blocked_event(pass.after, blocked, now)).await;
+            self.publish(
+                &pass,
+                EventType::Warning,
+                "FailoverBlocked",
+                format!("{}: {}", blocked.reason, blocked.message),
+            )
+            .await;
+        }
+    }
+}
+
+fn placed_on(binding: &ResourceBinding) -> String {
+    match clusters(binding).as_slice() {
+        [] => "no cluster".into(),
+        names => names.join(", "),
+    }
+}
+
+/// Event notes are limited to 1 KiB by the API server.
+fn truncate_note(mut note: String) -> String {
+    const MAX: usize = 1000;
+    if note.len() > MAX {
+        let mut end = MAX - 3;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push_str("...");
+    }
+    note
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+    use lifeboat_api::health::FailureClass;
+    use lifeboat_api::policy::PurgeMode;
+    use std::collections::BTreeMap;
+
+    fn at(second: i64) -> Time {
+        Time(Timestamp::from_second(1_900_000_000 + second).unwrap())
+    }
+
+    fn binding(clusters: &[&str], condition: Option<(&str, &str)>) -> ResourceBinding {
+        let conditions: Vec<serde_json::Value> = condition
+            .map(|(status, message)| {
+                vec![json!({"type": "FailoverBlocked", "status": status, "reason": "NoOtherClusterFits",
+                    "message": message, "lastTransitionTime": "2030-01-01T00:00:00Z"})]
+            })
+            .unwrap_or_default();
+        serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "train-appwrapper", "namespace": "ml", "uid": "u1"},
+            "spec": {
+                "resource": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"},
+                "clusters": clusters.iter().map(|c| json!({"name": c})).collect::<Vec<_>>()
+            },
+            "status": {"conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    fn eviction() -> Eviction {
+        Eviction {
+            cluster: "a".into(),
+            reason: "ApplicationFailure",
+            class: FailureClass::Infrastructure,
+            message: "unhealthy in a since ... (node n1 NotReady; toleration 0s)".into(),
+            purge_mode: PurgeMode::Gracefully,
+            grace_period_seconds: Some(600),
+            preserved: BTreeMap::from([("checkpoint".to_string(), "step-40".to_string())]),
+            block_seconds: None,
+            failing_since: Some(at(5)),
+        }
+    }
+
+    #[test]
+    fn an_eviction_event_carries_the_inputs_of_the_decision() {
+        let event = eviction_event(&binding(&["b"], None), &eviction(), &at(7));
+        assert_eq!(event.kind, EventKind::Eviction);
+        assert_eq!(event.cluster.as_deref(), Some("a"));
+        assert_eq!(event.to.as_deref(), Some(EVICTED));
+        assert_eq!(event.reason.as_deref(), Some("ApplicationFailure"));
+        assert_eq!(event.class, Some(FailureClass::Infrastructure));
+        let details = &event.details;
+        assert_eq!(details["purgeMode"], "Gracefully");
+        assert_eq!(details["gracePeriodSeconds"], 600);
+        assert_eq!(
+            details["blockedForSeconds"],
+            json!(null),
+            "blocked for good"
+        );
+        assert_eq!(details["placedOn"], json!(["b"]));
+        assert_eq!(details["preservedLabels"]["checkpoint"], "step-40");
+        assert!(details["message"].as_str().unwrap().contains("NotReady"));
+        assert_eq!(event.binding.as_ref().unwrap().uid.as_deref(), Some("u1"));
+    }
+
+    #[test]
+    fn placement_and_settled_tasks_are_recorded_with_their_cluster() {
+        let b = binding(&["b"], None);
+        let placed = placement_event(&b, "b", &at(1));
+        assert_eq!(
+            (placed.kind, placed.to.as_deref()),
+            (EventKind::Placement, Some(PLACED))
+        );
+        let purged = settled_event(
+            &b,
+            &TaskChange::Purged {
+                cluster: "a".into(),
+            },
+            &at(2),
+        );
+        assert_eq!(purged.to.as_deref(), Some(PURGED));
+        let done = settled_event(
+            &b,
+            &TaskChange::Remove {
+                cluster: "a".into(),
+                why: "the new placement is Healthy".into(),
+            },
+            &at(3),
+        );
+        assert_eq!(
+            (done.cluster.as_deref(), done.to.as_deref()),
+            (Some("a"), Some(TASK_DONE))
+        );
+    }
+
+    #[test]
+    fn the_failover_duration_runs_from_the_trouble_to_now() {
+        let task = GracefulEvictionTask {
+            from_cluster: "a".into(),
+            purge_mode: None,
+            replicas: None,
+            reason: "ApplicationFailure".into(),
+            message: None,
+            producer: "lifeboat-hub".into(),
+            grace_period_seconds: None,
+            suppress_deletion: None,
+            preserved_label_state: BTreeMap::new(),
+            clusters_before_failover: vec![],
+            creation_timestamp: Some(at(6)),
+            purged_at: None,
+            failing_since: Some(at(5)),
+        };
+        assert_eq!(failover_seconds(&task, &at(9)), Some(4.0));
+        let unknown = GracefulEvictionTask {
+            failing_since: None,
+            ..task
+        };
+        assert_eq!(failover_seconds(&unknown, &at(9)), None);
+    }
+
+    #[test]
+    fn a_block_is_recorded_when_it_begins_not_on_every_pass() {
+        let block = Blocked {
+            cluster: "a".into(),
+            reason: "NoOtherClusterFits",
+            message: "the workload should leave a, but no other cluster fits".into(),
+        };
+        let other = Blocked {
+            cluster: "b".into(),
+            reason: "WaitingForPurge",
+            message: "the new copy waits".into(),
+        };
+        let blocks = [block.clone(), other.clone()];
+        // Nothing blocked before: both are new.
+        assert_eq!(
+            newly_blocked(Some(&binding(&["a"], None)), &blocks).len(),
+            2
+        );
+        // The first was already in the condition's message: only the second is new.
+        let before = binding(&["a"], Some(("True", block.message.as_str())));
+        assert_eq!(newly_blocked(Some(&before), &blocks), vec![&other]);
+        // A condition that went False counts for nothing.
+        let cleared = binding(&["a"], Some(("False", block.message.as_str())));
+        assert_eq!(newly_blocked(Some(&cleared), &blocks).len(), 2);
+        assert_eq!(newly_blocked(None, &blocks).len(), 2);
+    }
+
+    #[test]
+    fn evictions_the_ledger_lacks_are_rebuilt_from_the_bindings_history() {
+        let mut b = binding(&["c"], None);
+        b.spec.eviction_history = serde_json::from_value(json!([
+            {"clusterName": "a", "reason": "ApplicationFailure", "failureClass": "Infrastructure",
+             "message": "unhealthy in a", "evictedAt": "2030-03-17T17:46:40Z"},
+            {"clusterName": "b", "reason": "ClusterFailure", "evictedAt": "2030-03-17T17:50:00Z",
+             "expiresAt": "2030-03-17T18:00:00Z"}
+        ]))
+        .unwrap();
+        // The ledger has the first (at a finer time within the same second), not the second.
+        let first = eviction_event(&b, &eviction(), &b.spec.eviction_history[0].evicted_at);
+        let mut first_at_micros = first.clone();
+        first_at_micros.at += chrono::Duration::microseconds(250_000);
+        let recorded = vec![crate::ledger::LedgerRecord {
+            id: 1,
+            event: first_at_micros,
+        }];
+        let missing = missing_evictions(&b, &recorded);
+        assert_eq!(missing.len(), 1, "{missing:?}");
+        let rebuilt = &missing[0];
+        assert_eq!(rebuilt.cluster.as_deref(), Some("b"));
+        assert_eq!(rebuilt.reason.as_deref(), Some("ClusterFailure"));
+        assert_eq!(rebuilt.details["recovered"], true);
+        assert_eq!(rebuilt.details["blockedUntil"], "2030-03-17T18:00:00Z");
+        assert_eq!(
+            rebuilt.at,
+            ledger_time(&b.spec.eviction_history[1].evicted_at)
+        );
+        // Nothing recorded at all: both.
+        assert_eq!(missing_evictions(&b, &[]).len(), 2);
+    }
+
+    #[test]
+    fn long_notes_are_cut_on_a_character_boundary() {
+        let note = truncate_note("é".repeat(800));
+        assert!(note.len() <= 1000 && note.ends_with("..."));
+    }
+}
