@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use lifeboat_api::cluster::{Cluster, ResourceList};
+use lifeboat_api::cluster::{Cluster, NODE_CAPACITY_TYPE_LABEL, ResourceList};
 use lifeboat_api::policy::CapacityType;
 
 use crate::quantity::to_milli;
@@ -257,11 +257,19 @@ impl ClusterSnapshot {
             for (total, &f) in free_total.iter_mut().zip(&free) {
                 *total = total.saturating_add(f.max(0).saturating_mul(count));
             }
+            // The capacity type is reported beside the labels; a pod's node selector names it
+            // as the node label, so it is matched as one (an unreported label matches anything).
+            let mut labels = group.labels.clone();
+            if let Some(capacity_type) = &group.capacity_type {
+                labels
+                    .entry(NODE_CAPACITY_TYPE_LABEL.to_string())
+                    .or_insert_with(|| capacity_type.clone());
+            }
             node_groups.push(NodeGroupSnapshot {
                 count,
                 free,
                 capacity_type: group.capacity_type.as_deref().and_then(CapacityType::parse),
-                labels: group.labels.clone(),
+                labels,
             });
         }
         let allocatable = summary_vector(

@@ -251,6 +251,32 @@ fn capacity_type_preference_picks_the_spot_cluster() {
     assert_eq!(from_placement.capacity_preference, Some(CapacityType::Spot));
 }
 
+#[test]
+fn a_spot_node_selector_fits_only_spot_nodes() {
+    // One cluster with on-demand nodes only, one with spot nodes: a pod that selects spot
+    // capacity fits only the second (a spot reclamation leaves the first without room for it).
+    let on_demand_only = cluster(
+        "a-od",
+        json!({}),
+        json!({"nodeGroups": [
+        {"count": 4, "free": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}, "capacityType": "on-demand"}]}),
+    );
+    let with_spot = cluster(
+        "b-spot",
+        json!({}),
+        json!({"nodeGroups": [
+        {"count": 1, "free": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti"}, "capacityType": "spot"}]}),
+    );
+    let clusters = snapshot([on_demand_only, with_spot]);
+    let r = appwrapper(json!({"components": [{"name": "trainer", "replicas": 1,
+        "replicaRequirements": {"resourceRequest": {"cpu": "4", "nvidia.com/gpu": "8"},
+            "nodeClaim": {"nodeSelector": {"karpenter.sh/capacity-type": "spot"}}}}]}));
+    let result = Scheduler::default().schedule(&r, &clusters).unwrap();
+    assert_eq!(result.clusters, targets(&[("b-spot", 1)]));
+    assert_eq!(result.filtered[0].cluster.as_ref(), "a-od");
+    assert_eq!(result.filtered[0].plugin, "GangFit");
+}
+
 fn three_regions() -> Vec<ClusterSnapshot> {
     vec![
         cluster("eu-1", json!({"region": "eu"}), json!({})),
