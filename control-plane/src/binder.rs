@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
-use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 use lifeboat_api::binding::{
     self as api_binding, CONDITION_POLICY_BOUND, CONDITION_SCHEDULED, ClusterRejection,
     LABEL_POLICY_NAME, PolicyReference, REASON_NO_CLUSTER_FIT, REASON_SUCCESS, ResourceBinding,
@@ -29,9 +30,10 @@ use tracing::Instrument;
 
 use crate::detector::{self, Replicas, TemplateKind, TemplateMeta};
 use crate::dispatch;
-use crate::failover;
+use crate::failover::{self, AppliedReset};
 use crate::failover_phase::{self, EvictionRateLimiter};
 use crate::interpreters::InterpreterHandle;
+use crate::ledger::LedgerFeed;
 use crate::placement::{Placer, Unschedulable};
 use crate::queue::WorkQueue;
 use crate::status::condition;
@@ -93,6 +95,8 @@ pub struct BinderMetrics {
     pub reconciles: prometheus::IntCounterVec,
     pub scheduling_seconds: prometheus::Histogram,
     pub bindings: prometheus::IntGaugeVec,
+    /// In-place resets written into bindings, by reason (`failure`, `manual`).
+    pub in_place_resets: prometheus::IntCounterVec,
 }
 
 impl BinderMetrics {
@@ -120,13 +124,22 @@ impl BinderMetrics {
             ),
             &["state"],
         )?;
+        let in_place_resets = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_in_place_resets_total",
+                "In-place resets asked of agents (delete and recreate the workload in its cluster), by reason (failure, manual)",
+            ),
+            &["reason"],
+        )?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(scheduling_seconds.clone()))?;
         registry.register(Box::new(bindings.clone()))?;
+        registry.register(Box::new(in_place_resets.clone()))?;
         Ok(BinderMetrics {
             reconciles,
             scheduling_seconds,
             bindings,
+            in_place_resets,
         })
     }
 }
@@ -162,6 +175,14 @@ pub struct Binder {
     dispatched: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
     /// Cluster evictions (a lost or deleted cluster) go through this bucket.
     cluster_evictions: Mutex<EvictionRateLimiter>,
+    /// Where in-place resets are told: the ledger and Events on the binding.
+    announce: Option<Announce>,
+}
+
+/// Where the binder tells of the in-place resets it wrote.
+pub struct Announce {
+    pub ledger: LedgerFeed,
+    pub events: Recorder,
 }
 
 /// Karmada's default cluster eviction rate is 0.5 bindings/s; a lost GPU cluster's jobs should
@@ -179,6 +200,8 @@ struct FailoverStep {
     /// cluster fits.
     without_evictions: Option<ResourceBindingSpec>,
     evicted: Vec<failover::Eviction>,
+    /// Resets written into the spec.
+    resets: Vec<AppliedReset>,
     blocked: Vec<failover::Blocked>,
     /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
     look_again: Option<Duration>,
@@ -212,7 +235,14 @@ impl Binder {
             policy_index: RwLock::new(Arc::new(Vec::new())),
             dispatched: Mutex::new(HashMap::new()),
             cluster_evictions: Mutex::new(EvictionRateLimiter::new(DEFAULT_CLUSTER_EVICTION_RATE)),
+            announce: None,
         }
+    }
+
+    /// Records each in-place reset in the ledger and posts an Event on its binding.
+    pub fn with_announcements(mut self, announce: Announce) -> Binder {
+        self.announce = Some(announce);
+        self
     }
 
     /// Cluster evictions per second (on average; as many at once).
@@ -410,6 +440,7 @@ impl Binder {
             spec: desired,
             scheduling,
             blocked,
+            resets,
             retry,
         } = planned;
         let binding = self
@@ -422,6 +453,9 @@ impl Binder {
                 policy,
             )
             .await?;
+        for reset in &resets {
+            self.announce_reset(&binding, reset).await;
+        }
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
         self.dispatch(&binding, &template_json)?;
@@ -512,6 +546,44 @@ impl Binder {
             .map_err(|e| BindError::kube("apply binding spec", e))?;
         tracing::debug!(binding = name, clusters = ?applied.spec.clusters, "binding spec applied");
         Ok(Arc::new(applied))
+    }
+
+    /// Tells of an in-place reset written into `binding`: the counter, the ledger, an Event.
+    async fn announce_reset(&self, binding: &ResourceBinding, applied: &AppliedReset) {
+        let reset = &applied.reset;
+        let key = dispatch::work_key(binding);
+        let span = tracing::info_span!("reset", binding = %key, cluster = %reset.cluster);
+        span.in_scope(|| {
+            tracing::info!(
+                generation = applied.record.generation,
+                count = applied.record.count,
+                reason = reset.reason(),
+                pause_seconds = reset.pause_seconds,
+                message = %reset.message,
+                "in-place reset asked"
+            )
+        });
+        self.metrics
+            .in_place_resets
+            .with_label_values(&[reset.reason()])
+            .inc();
+        let Some(announce) = &self.announce else {
+            return;
+        };
+        let uid = binding.metadata.uid.clone().unwrap_or_default();
+        announce.ledger.record_now(crate::ledger::feed::reset_event(
+            &key,
+            &uid,
+            applied,
+            chrono::Utc::now(),
+        ));
+        let published = announce
+            .events
+            .publish(&reset_k8s_event(applied), &binding.object_ref(&()))
+            .await;
+        if let Err(error) = published {
+            span.in_scope(|| tracing::warn!(%error, "publishing the reset Event failed"));
+        }
     }
 
     /// Writes the `Scheduled` (when scheduling ran), `PolicyBound` and `FailoverBlocked`
@@ -881,6 +953,8 @@ pub struct Planned {
     /// `None`: scheduling did not run (the `Scheduled` condition stays as it is).
     pub scheduling: Option<Result<(), Unschedulable>>,
     pub blocked: Vec<failover::Blocked>,
+    /// In-place resets written into `spec`.
+    pub resets: Vec<AppliedReset>,
     pub retry: Option<Duration>,
 }
 
@@ -922,6 +996,13 @@ pub fn plan(
                     );
                 }
                 candidate.spec.clusters = targets;
+                // A cluster left for any reason takes its reset record with it: a later copy
+                // there is a new object, never reset.
+                let placed = &candidate.spec.clusters;
+                candidate
+                    .spec
+                    .in_place_resets
+                    .retain(|r| placed.iter().any(|c| c.name == r.cluster_name));
                 scheduling = Some(Ok(()));
             }
             Err(unschedulable) => match step.without_evictions {
@@ -955,6 +1036,7 @@ pub fn plan(
         spec: candidate.spec,
         scheduling,
         blocked,
+        resets: step.resets,
         retry,
     }
 }
@@ -1013,12 +1095,15 @@ fn failover_step(
     for change in &pass.task_changes {
         tracing::info!(?change, "eviction task settled");
     }
+    // Resets first: they stay when an eviction is taken back for lack of another cluster.
+    let resets = failover::apply_resets(desired, &pass.decision.resets, now);
     failover::apply_task_changes(desired, &pass.task_changes, now);
     let without_evictions = (!evictions.is_empty()).then(|| desired.clone());
     failover::apply_evictions(desired, &evictions, now);
     FailoverStep {
         without_evictions,
         evicted: evictions,
+        resets,
         blocked: pass.decision.blocked,
         look_again,
     }
@@ -1042,6 +1127,37 @@ fn same_spec(a: &ResourceBindingSpec, b: &ResourceBindingSpec) -> bool {
         && a.eviction_history == b.eviction_history
         && a.in_place_resets == b.in_place_resets
 }
+
+/// The Event of an in-place reset on its binding: Warning for a failure, Normal for a manual
+/// request.
+fn reset_k8s_event(applied: &AppliedReset) -> Event {
+    let reset = &applied.reset;
+    let record = &applied.record;
+    let mut note = format!(
+        "in-place reset in {} (generation {}, pause {}s): {}",
+        reset.cluster, record.generation, reset.pause_seconds, reset.message
+    );
+    if note.len() > 1000 {
+        let mut end = 1000;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    Event {
+        type_: match reset.manual {
+            Some(_) => EventType::Normal,
+            None => EventType::Warning,
+        },
+        reason: EVENT_IN_PLACE_RESET.into(),
+        note: Some(note),
+        action: "ResetInPlace".into(),
+        secondary: None,
+    }
+}
+
+/// The reason of the Event posted on a binding for each in-place reset.
+pub const EVENT_IN_PLACE_RESET: &str = "InPlaceReset";
 
 /// Converts an interpreter result to the API type of the same JSON shape.
 fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
@@ -1337,6 +1453,57 @@ mod tests {
         let done = plan_at(&b, &clusters, 100, &limiter, Instant::now());
         assert!(done.spec.graceful_eviction_tasks.is_empty());
         assert_eq!(names(&done.spec), ["b"]);
+    }
+
+    #[test]
+    fn a_failing_workload_is_reset_in_place_in_the_same_write_then_moved() {
+        let failover = json!({"application": {"decisionConditions": {"tolerationSeconds": 0},
+            "purgeMode": "Gracefully", "inPlaceReset": {"limit": 1, "pauseSeconds": 2}}});
+        let mut b = placed(
+            failover,
+            &["a"],
+            json!([unhealthy("a", 100, "Infrastructure")]),
+        );
+        let clusters = [member("a", None), member("b", None)];
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let reset = plan_at(&b, &clusters, 100, &limiter, Instant::now());
+        assert_eq!(names(&reset.spec), ["a"], "reset in place, not moved");
+        assert!(reset.scheduling.is_none() && reset.spec.eviction_history.is_empty());
+        assert_eq!(reset.resets.len(), 1);
+        assert_eq!(reset.resets[0].reset.reason(), failover::RESET_FAILURE);
+        let record = &reset.spec.in_place_resets[0];
+        assert_eq!(
+            (
+                record.cluster_name.as_str(),
+                record.generation,
+                record.count
+            ),
+            ("a", 1, 1)
+        );
+        assert_eq!(record.last_requested_at, at(100));
+        assert_eq!(record.pause_seconds, Some(2));
+        assert_eq!(reset.resets[0].record, *record);
+        // The work of cluster a asks for it.
+        b.spec = reset.spec.clone();
+        assert_eq!(
+            dispatch::reset_request(&b, "a"),
+            Some(lifeboat_api::protocol::ResetRequest {
+                generation: 1,
+                pause_seconds: 2
+            })
+        );
+        // In flight: the next pass changes nothing, however late.
+        let waiting = plan_at(&b, &clusters, 10_000, &limiter, Instant::now());
+        assert!(waiting.resets.is_empty());
+        assert_eq!(waiting.spec, b.spec);
+        // Re-created (generation 1), failing again: the limit is used up, it moves, and the
+        // record leaves with the copy.
+        b.status.as_mut().unwrap().aggregated_status[0].reset_generation = Some(1);
+        let moved = plan_at(&b, &clusters, 10_000, &limiter, Instant::now());
+        assert!(moved.resets.is_empty());
+        assert_eq!(names(&moved.spec), ["b"]);
+        assert!(moved.spec.in_place_resets.is_empty());
+        assert_eq!(moved.spec.eviction_history[0].cluster_name, "a");
     }
 
     #[test]

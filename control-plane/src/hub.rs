@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
@@ -31,7 +32,7 @@ use prometheus::Registry;
 use tokio::sync::{mpsc, watch};
 
 use crate::agentapi::{AgentApi, AgentApiConfig, AgentApiDeps};
-use crate::binder::{Binder, BinderMetrics, Caches};
+use crate::binder::{Announce, Binder, BinderMetrics, Caches};
 use crate::clusters::{ClusterHealthConfig, ClusterHealthMonitor};
 use crate::interpreters::{InterpreterHandle, Interpreters};
 use crate::leadership::LeaderState;
@@ -529,7 +530,17 @@ async fn lead(
             work.clone(),
             BinderMetrics::new(&registry)?,
         )
-        .with_cluster_eviction_rate(options.cluster_eviction_rate),
+        .with_cluster_eviction_rate(options.cluster_eviction_rate)
+        .with_announcements(Announce {
+            ledger: ledger.clone(),
+            events: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "lifeboat-hub".into(),
+                    instance: std::env::var("POD_NAME").ok(),
+                },
+            ),
+        }),
     );
     let _ = binder_slot.set(binder.clone());
     let (kinds_tx, mut kinds_rx) = watch::channel(KindsSynced::default());
