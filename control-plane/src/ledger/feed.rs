@@ -40,8 +40,14 @@ fn binding_ref(key: &WorkKey, uid: &str) -> BindingRef {
     }
 }
 
-/// New or changed work handed to `cluster`, with the revision it took and what it is.
-pub fn dispatch_event(cluster: &str, work: &Work, at: DateTime<Utc>) -> LedgerEvent {
+/// New or changed work handed to `cluster`, with the revision it took and what it is; reason
+/// `ResetRequested` when it newly asks for a reset (`reset_asked`).
+pub fn dispatch_event(
+    cluster: &str,
+    work: &Work,
+    reset_asked: bool,
+    at: DateTime<Utc>,
+) -> LedgerEvent {
     let mut event = LedgerEvent::new(EventKind::Dispatch, at)
         .with_binding(binding_ref(&work.key, &work.binding_uid))
         .with_cluster(cluster)
@@ -56,9 +62,10 @@ pub fn dispatch_event(cluster: &str, work: &Work, at: DateTime<Utc>) -> LedgerEv
         event = event.with_detail("purgeMode", json!(mode));
     }
     if let Some(reset) = &work.reset {
-        event = event
-            .with_reason("ResetRequested")
-            .with_detail("reset", json!(reset));
+        event = event.with_detail("reset", json!(reset));
+        if reset_asked {
+            event = event.with_reason("ResetRequested");
+        }
     }
     event
 }
@@ -81,7 +88,11 @@ pub fn withdrawal_event(
 /// The event of a work store change.
 pub fn work_change_event(change: &WorkChange, at: DateTime<Utc>) -> LedgerEvent {
     match change {
-        WorkChange::Dispatched { cluster, work } => dispatch_event(cluster, work, at),
+        WorkChange::Dispatched {
+            cluster,
+            work,
+            reset_asked,
+        } => dispatch_event(cluster, work, *reset_asked, at),
         WorkChange::Withdrawn {
             cluster,
             key,
@@ -276,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_dispatch_names_binding_cluster_revision_and_kind() {
-        let event = dispatch_event("member-2", &work(), at());
+        let event = dispatch_event("member-2", &work(), false, at());
         assert_eq!(event.kind, EventKind::Dispatch);
         assert_eq!(event.at, at());
         let binding = event.binding.as_ref().unwrap();
@@ -299,13 +310,17 @@ mod tests {
             pause_seconds: 30,
         });
         reset.purge_mode = None;
-        let event = dispatch_event("member-2", &reset, at());
+        let event = dispatch_event("member-2", &reset, true, at());
         assert_eq!(event.reason.as_deref(), Some("ResetRequested"));
         assert_eq!(
             event.details["reset"],
             json!({"generation": 2, "pauseSeconds": 30})
         );
         assert!(event.details.get("purgeMode").is_none());
+        // The same reset on a later change (a new template) is no new request.
+        let event = dispatch_event("member-2", &reset, false, at());
+        assert_eq!(event.reason, None);
+        assert_eq!(event.details["reset"]["generation"], 2);
     }
 
     #[test]
