@@ -102,8 +102,14 @@ pub fn next_item(
         health,
         health_reason: reason.as_deref().map(truncate),
         failure_class: class,
+        // Only an object with something in it: the CRD's `status` is an object, and an empty
+        // one (the ReflectStatus of a PyTorchJob no operator has seen yet) comes back from a
+        // server-side apply as null, which the CRD refuses, failing the whole status write.
         status: if report.applied {
-            observation.reflected.clone()
+            observation
+                .reflected
+                .clone()
+                .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
         } else {
             None
         },
@@ -307,7 +313,7 @@ mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
     use lifeboat_api::protocol::WorkKey;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn at(second: i64) -> Time {
         Time(Timestamp::from_second(1_800_000_000 + second).unwrap())
@@ -433,6 +439,29 @@ mod tests {
         );
         assert_eq!(gone.item.health, ResourceHealth::Unknown);
         assert_eq!(gone.item.first_observed_at, None);
+    }
+
+    #[test]
+    fn a_reflected_status_that_is_no_object_or_empty_is_left_out() {
+        let r = report(true, true);
+        let observe = |reflected| {
+            next_item(
+                None,
+                &Observation {
+                    cluster: "m1",
+                    report: &r,
+                    verdict: HealthVerdict::NoRule,
+                    reflected,
+                },
+                &at(1),
+            )
+            .item
+            .status
+        };
+        assert_eq!(observe(Some(Value::Null)), None);
+        assert_eq!(observe(Some(json!([]))), None);
+        assert_eq!(observe(Some(json!({}))), None);
+        assert_eq!(observe(Some(json!({"a": 1}))), Some(json!({"a": 1})));
     }
 
     #[test]
