@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use lifeboat_api::binding::{
@@ -182,7 +182,8 @@ pub struct Binder {
 /// Where the binder tells of the in-place resets it wrote.
 pub struct Announce {
     pub ledger: LedgerFeed,
-    pub events: Recorder,
+    /// Who posts the Events.
+    pub reporter: Reporter,
 }
 
 /// Karmada's default cluster eviction rate is 0.5 bindings/s; a lost GPU cluster's jobs should
@@ -577,8 +578,9 @@ impl Binder {
             applied,
             chrono::Utc::now(),
         ));
-        let published = announce
-            .events
+        // A recorder of its own: a shared one would fold every later reset of the binding into
+        // the first one's Event as a series, keeping the first note; each reset is news.
+        let published = Recorder::new(self.client.clone(), announce.reporter.clone())
             .publish(&reset_k8s_event(applied), &binding.object_ref(&()))
             .await;
         if let Err(error) = published {

@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use kube::runtime::{WatchStreamExt, reflector::Lookup};
@@ -533,13 +533,10 @@ async fn lead(
         .with_cluster_eviction_rate(options.cluster_eviction_rate)
         .with_announcements(Announce {
             ledger: ledger.clone(),
-            events: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "lifeboat-hub".into(),
-                    instance: std::env::var("POD_NAME").ok(),
-                },
-            ),
+            reporter: Reporter {
+                controller: "lifeboat-hub".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
         }),
     );
     let _ = binder_slot.set(binder.clone());
