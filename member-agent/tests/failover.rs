@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::health::FailureClass;
@@ -28,7 +28,9 @@ use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::{faults, wait};
 use serde_json::json;
 use support::T;
-use support::hub::{appwrapper_resource, bootstrap, start_agent, start_hub, tempfile_dir};
+use support::hub::{
+    appwrapper_resource, binding_of, bootstrap, placement, start_agent, start_hub, tempfile_dir,
+};
 
 /// The cluster lease of the test hub (support::hub::start_hub).
 const LEASE: Duration = Duration::from_secs(10);
@@ -50,25 +52,6 @@ fn main() -> ExitCode {
             failover,
         )],
     )
-}
-
-/// The binding of template `name` in `ns` on the hub.
-async fn binding_of(
-    bindings: &Api<ResourceBinding>,
-    name: &str,
-) -> Result<ResourceBinding, String> {
-    bindings
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .find(|b| b.spec.resource.name == name)
-        .ok_or_else(|| format!("no binding of {name} yet"))
-}
-
-fn placement(b: &ResourceBinding) -> Vec<String> {
-    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
 }
 
 async fn phase_in(api: &Api<DynamicObject>, name: &str) -> Result<Option<String>, String> {

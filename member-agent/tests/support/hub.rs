@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent;
+use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::wait;
@@ -177,4 +178,37 @@ pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
     Ok(format!("sqlite://{}", path.display()))
+}
+
+/// The binding of template `name` (in the namespace of `bindings`) on the hub.
+pub async fn binding_of(
+    bindings: &Api<ResourceBinding>,
+    name: &str,
+) -> Result<ResourceBinding, String> {
+    bindings
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|b| b.spec.resource.name == name)
+        .ok_or_else(|| format!("no binding of {name} yet"))
+}
+
+/// The clusters a binding is placed on.
+pub fn placement(b: &ResourceBinding) -> Vec<String> {
+    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
+}
+
+/// The objects of `resource` in the test's namespace of a member.
+pub async fn member_api(
+    ctx: &TestContext,
+    member: &str,
+    resource: &ApiResource,
+) -> Result<Api<DynamicObject>, TestError> {
+    Ok(Api::namespaced_with(
+        ctx.client(member).await?,
+        &ctx.namespace,
+        resource,
+    ))
 }
