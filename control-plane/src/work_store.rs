@@ -408,21 +408,33 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_new_reset_request_is_flagged_once() {
-        use lifeboat_api::protocol::ResetRequest;
-        let store = WorkStore::new("e1");
+    /// Observes `store`, keeping what `line` makes of each change.
+    fn observed<T: Send + 'static>(
+        store: &WorkStore,
+        line: impl Fn(WorkChange) -> Option<T> + Send + Sync + 'static,
+    ) -> Arc<Mutex<Vec<T>>> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         assert!(
             store
                 .observe(Box::new(move |change| {
-                    if let WorkChange::Dispatched { reset_asked, .. } = change {
-                        sink.lock().unwrap().push(reset_asked);
+                    if let Some(line) = line(change) {
+                        sink.lock().unwrap().push(line);
                     }
                 }))
                 .is_ok()
         );
+        seen
+    }
+
+    #[test]
+    fn a_new_reset_request_is_flagged_once() {
+        use lifeboat_api::protocol::ResetRequest;
+        let store = WorkStore::new("e1");
+        let seen = observed(&store, |change| match change {
+            WorkChange::Dispatched { reset_asked, .. } => Some(reset_asked),
+            WorkChange::Withdrawn { .. } => None,
+        });
         let reset = |generation| {
             Some(ResetRequest {
                 generation,
@@ -444,29 +456,22 @@ mod tests {
     #[test]
     fn the_observer_sees_each_change_once_and_no_no_ops() {
         let store = WorkStore::new("e1");
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let sink = seen.clone();
-        assert!(
-            store
-                .observe(Box::new(move |change| {
-                    let line = match change {
-                        WorkChange::Dispatched { cluster, work, .. } => {
-                            format!(
-                                "+{cluster}/{}@{} {}",
-                                work.key.name, work.revision, work.binding_uid
-                            )
-                        }
-                        WorkChange::Withdrawn {
-                            cluster,
-                            key,
-                            binding_uid,
-                            revision,
-                        } => format!("-{cluster}/{}@{revision} {binding_uid}", key.name),
-                    };
-                    sink.lock().unwrap().push(line);
-                }))
-                .is_ok()
-        );
+        let seen = observed(&store, |change| {
+            Some(match change {
+                WorkChange::Dispatched { cluster, work, .. } => {
+                    format!(
+                        "+{cluster}/{}@{} {}",
+                        work.key.name, work.revision, work.binding_uid
+                    )
+                }
+                WorkChange::Withdrawn {
+                    cluster,
+                    key,
+                    binding_uid,
+                    revision,
+                } => format!("-{cluster}/{}@{revision} {binding_uid}", key.name),
+            })
+        });
         assert!(store.observe(Box::new(|_| {})).is_err(), "one observer");
         store.upsert("m1", work("a", 1));
         store.upsert("m1", work("a", 1)); // unchanged: no event

@@ -29,7 +29,7 @@ use lifeboat_e2e::{faults, wait};
 use serde_json::json;
 use support::T;
 use support::hub::{
-    appwrapper_resource, binding_of, bootstrap, placement, start_agent, start_hub, tempfile_dir,
+    appwrapper_resource, binding_of, placement, start_hub, tempfile_dir, two_agents,
 };
 
 /// The cluster lease of the test hub (support::hub::start_hub).
@@ -72,27 +72,13 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     let hub = ctx.client("hub").await?;
     lifeboat_agent::install::ensure_crd(&hub).await?;
     let hub_url = start_hub(&ctx).await?;
-    bootstrap(&hub, &dir).await?;
     let members = ctx.fleet.member_names();
     let [first, second] = members.as_slice() else {
         return Err("the fleet needs two members".into());
     };
-    let mut agents = std::collections::BTreeMap::new();
-    agents.insert(
-        first.clone(),
-        start_agent(&ctx, first, &hub_url, &dir, "us-east-1").await?,
-    );
-    agents.insert(
-        second.clone(),
-        start_agent(&ctx, second, &hub_url, &dir, "eu-west-1").await?,
-    );
-    support::hub::until_clusters_ready(&hub, [first, second]).await?;
+    let mut agents = two_agents(&ctx, &hub, &hub_url, &dir, [first, second]).await?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
-
-    let ns = ctx.namespace("hub").await?;
-    for member in [first, second] {
-        ctx.namespace(member).await?;
-    }
+    let ns = ctx.namespace.clone();
     lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
         &hub,
         &ns,

@@ -31,9 +31,7 @@ use lifeboat_e2e::wait;
 use lifeboat_hub::ledger::{EventKind, Ledger};
 use lifeboat_hub::manual_reset::{self, ManualResetError};
 use serde_json::{Value, json};
-use support::hub::{
-    binding_of, bootstrap, member_api, placement, start_agent, start_hub_with, tempfile_dir,
-};
+use support::hub::{binding_of, member_api, placement, start_hub_with, tempfile_dir, two_agents};
 use support::{T, metric, metrics_text};
 
 const JOB: &str = "train";
@@ -198,16 +196,8 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     }
     let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
     let hub_url = start_hub_with(&ctx, |o| o.metrics_bind = Some(metrics)).await?;
-    bootstrap(&hub, &dir).await?;
-    let _agents = [
-        start_agent(&ctx, first, &hub_url, &dir, "us-east-1").await?,
-        start_agent(&ctx, second, &hub_url, &dir, "eu-west-1").await?,
-    ];
-    support::hub::until_clusters_ready(&hub, [first, second]).await?;
-    let ns = ctx.namespace("hub").await?;
-    for member in [first, second] {
-        ctx.namespace(member).await?;
-    }
+    let _agents = two_agents(&ctx, &hub, &hub_url, &dir, [first, second]).await?;
+    let ns = ctx.namespace.clone();
     lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
         &hub,
         &ns,

@@ -1,6 +1,7 @@
 //! The real hub in this process, and agents in hub mode that register with it: what the
 //! placement suites share.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -211,4 +212,29 @@ pub async fn member_api(
         &ctx.namespace,
         resource,
     ))
+}
+
+/// The setup of the two-member hub suites, once the hub runs: its CA and the bootstrap token, an
+/// agent per member (the first in region us-east-1, the second in eu-west-1), both Clusters
+/// Ready, and the test's namespace on the hub and both members. Returns the agents by member.
+pub async fn two_agents(
+    ctx: &TestContext,
+    hub: &kube::Client,
+    hub_url: &str,
+    dir: &std::path::Path,
+    [first, second]: [&String; 2],
+) -> Result<BTreeMap<String, agent::SpawnedAgent>, TestError> {
+    bootstrap(hub, dir).await?;
+    let mut agents = BTreeMap::new();
+    for (member, region) in [(first, "us-east-1"), (second, "eu-west-1")] {
+        agents.insert(
+            member.clone(),
+            start_agent(ctx, member, hub_url, dir, region).await?,
+        );
+    }
+    until_clusters_ready(hub, [first, second]).await?;
+    for cluster in ["hub", first.as_str(), second.as_str()] {
+        ctx.namespace(cluster).await?;
+    }
+    Ok(agents)
 }
