@@ -378,14 +378,17 @@ impl Applier {
     }
 
     async fn apply_work(&self, key: &WorkKey, work: &Work, applied: Option<ObjectId>) -> Outcome {
-        let annotate = match self.reset_step(key, work).await {
-            Ok(ResetFlow::Apply { annotate }) => annotate,
+        // A reset step under way comes back later; its errors are the apply's.
+        let result = match self.reset_step(key, work).await {
             Ok(ResetFlow::Wait(after)) => return Outcome::Retry(after),
-            Err(e) => return self.failed(key, work, e),
+            Ok(ResetFlow::Apply { annotate }) => self
+                .apply(key, work, annotate)
+                .await
+                .map(|applied| (applied, annotate)),
+            Err(e) => Err(e),
         };
-        let result = self.apply(key, work, annotate).await;
         match result {
-            Ok((id, resource)) => {
+            Ok(((id, resource), annotate)) => {
                 if let Some(generation) = annotate.and_then(|a| a.recreated()) {
                     self.metrics.applies.with_label_values(&["reset"]).inc();
                     tracing::info!(object = %id, generation, "re-created: in-place reset done");
@@ -421,23 +424,20 @@ impl Applier {
                     .with(|b| b.applied(key, work.revision, Err(e.to_string())));
                 Outcome::Done
             }
-            Err(e) => self.failed(key, work, e),
+            Err(e) => {
+                self.metrics.applies.with_label_values(&["failed"]).inc();
+                let message = e.message();
+                self.book
+                    .with(|b| b.applied(key, work.revision, Err(message.clone())));
+                let after = self
+                    .lock()
+                    .get_mut(key)
+                    .map(|s| s.backoff.next_delay())
+                    .unwrap_or(RETRY_BASE);
+                tracing::warn!(error = %message, retry_in = ?after, "apply failed");
+                Outcome::Retry(after)
+            }
         }
-    }
-
-    /// A failed apply (or reset step): reported, retried with backoff.
-    fn failed(&self, key: &WorkKey, work: &Work, e: ApplyError) -> Outcome {
-        self.metrics.applies.with_label_values(&["failed"]).inc();
-        let message = e.message();
-        self.book
-            .with(|b| b.applied(key, work.revision, Err(message.clone())));
-        let after = self
-            .lock()
-            .get_mut(key)
-            .map(|s| s.backoff.next_delay())
-            .unwrap_or(RETRY_BASE);
-        tracing::warn!(error = %message, retry_in = ?after, "apply failed");
-        Outcome::Retry(after)
     }
 
     /// The in-place reset of the work, if one is asked and not done: one step of it (delete,
