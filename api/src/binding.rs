@@ -45,6 +45,10 @@ pub const EVICTION_PRODUCER: &str = "lifeboat-hub";
 /// Annotation asking the hub for one in-place reset: `<cluster>` or `<cluster>/<nonce>` (a new
 /// value asks again). Set by `lifeboatctl reset`.
 pub const ANNOTATION_RESET_REQUEST: &str = "work.lifeboat.dev/reset-request";
+/// Annotation the agent sets on a workload it re-created for an in-place reset: the reset
+/// generation it completed. Kept on the object itself, so a restarted agent never repeats a
+/// done reset, and reported to the hub with the object.
+pub const ANNOTATION_RESET_GENERATION: &str = "work.lifeboat.dev/reset-generation";
 /// Annotation confirming the purge of an old copy kept by purgeMode Never: a comma-separated
 /// list of clusters. Set by `lifeboatctl confirm-purge`.
 pub const ANNOTATION_CONFIRM_PURGE: &str = "work.lifeboat.dev/confirm-purge";
@@ -208,6 +212,19 @@ pub struct InPlaceResetRecord {
     /// The last manual request served (the annotation's value).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manual_request: Option<String>,
+    /// The pause between deleting and recreating asked with the last reset (seconds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_seconds: Option<i32>,
+}
+
+impl InPlaceResetRecord {
+    /// The record of `cluster`, if a reset was ever asked there.
+    pub fn of<'a>(
+        records: &'a [InPlaceResetRecord],
+        cluster: &str,
+    ) -> Option<&'a InPlaceResetRecord> {
+        records.iter().find(|r| r.cluster_name == cluster)
+    }
 }
 
 /// A reference to the resource template.
@@ -523,6 +540,11 @@ pub struct AggregatedStatusItem {
     /// The work revision the agent last reported on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_revision: Option<i64>,
+    /// The in-place reset generation the observed object was re-created for (Lifeboat; the
+    /// agent's `work.lifeboat.dev/reset-generation` annotation). A reset asked with a higher
+    /// generation is still in flight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reset_generation: Option<i64>,
 }
 
 fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

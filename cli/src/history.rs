@@ -118,7 +118,7 @@ fn sqlite_path(url: &str) -> Option<&str> {
     (!path.is_empty() && !path.starts_with(":memory:")).then_some(path)
 }
 
-fn parse_binding(text: &str) -> anyhow::Result<(&str, &str)> {
+pub(crate) fn parse_binding(text: &str) -> anyhow::Result<(&str, &str)> {
     match text.split_once('/') {
         Some((namespace, name))
             if !namespace.is_empty() && !name.is_empty() && !name.contains('/') =>

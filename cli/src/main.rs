@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod convert;
 mod history;
 mod interpret;
+mod reset;
 
 #[derive(Parser)]
 #[command(name = "lifeboatctl", version, about = "Lifeboat command line")]
@@ -23,6 +24,8 @@ enum Command {
     Interpret(interpret::InterpretArgs),
     /// The hub's event ledger: what happened to a binding, or on a cluster since a time.
     History(history::HistoryArgs),
+    /// Ask the hub for one in-place reset of a binding's workload (delete and recreate it in its cluster).
+    Reset(reset::ResetArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +34,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => convert::run(args),
         Command::Interpret(args) => interpret::run(args),
         Command::History(args) => history::run(args),
+        Command::Reset(args) => reset::run(args),
     };
     match result {
         Ok(code) => code,

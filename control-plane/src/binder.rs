@@ -30,7 +30,7 @@ use tracing::Instrument;
 
 use crate::detector::{self, Replicas, TemplateKind, TemplateMeta};
 use crate::dispatch;
-use crate::failover;
+use crate::failover::{self, AppliedReset};
 use crate::failover_phase::{self, EvictionRateLimiter};
 use crate::failover_record::{FailoverRecorder, PassRecord};
 use crate::interpreters::InterpreterHandle;
@@ -193,6 +193,8 @@ struct FailoverStep {
     /// cluster fits.
     without_evictions: Option<ResourceBindingSpec>,
     evicted: Vec<failover::Eviction>,
+    /// Resets written into the spec.
+    resets: Vec<AppliedReset>,
     blocked: Vec<failover::Blocked>,
     /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
     look_again: Option<Duration>,
@@ -476,6 +478,7 @@ impl Binder {
             spec: desired,
             scheduling,
             blocked,
+            resets,
             retry,
             evicted,
             settled,
@@ -499,6 +502,7 @@ impl Binder {
                     before: existing.as_deref(),
                     after: &binding,
                     evicted: &evicted,
+                    resets: &resets,
                     settled: &settled,
                     blocked: &blocked,
                     template: self.caches.templates.object_ref(key),
@@ -962,6 +966,8 @@ pub struct Planned {
     /// `None`: scheduling did not run (the `Scheduled` condition stays as it is).
     pub scheduling: Option<Result<(), Unschedulable>>,
     pub blocked: Vec<failover::Blocked>,
+    /// In-place resets written into `spec`.
+    pub resets: Vec<AppliedReset>,
     pub retry: Option<Duration>,
     /// The evictions written into `spec` (not those kept back because no other cluster fits).
     pub evicted: Vec<failover::Eviction>,
@@ -1008,6 +1014,13 @@ pub fn plan(
                     );
                 }
                 candidate.spec.clusters = targets;
+                // A cluster left for any reason takes its reset record with it: a later copy
+                // there is a new object, never reset.
+                let placed = &candidate.spec.clusters;
+                candidate
+                    .spec
+                    .in_place_resets
+                    .retain(|r| placed.iter().any(|c| c.name == r.cluster_name));
                 scheduling = Some(Ok(()));
                 evicted = step.evicted;
             }
@@ -1042,6 +1055,7 @@ pub fn plan(
         spec: candidate.spec,
         scheduling,
         blocked,
+        resets: step.resets,
         retry,
         evicted,
         settled: step.settled,
@@ -1102,12 +1116,15 @@ fn failover_step(
     for change in &pass.task_changes {
         tracing::info!(?change, "eviction task settled");
     }
+    // Resets first: they stay when an eviction is taken back for lack of another cluster.
+    let resets = failover::apply_resets(desired, &pass.decision.resets, now);
     failover::apply_task_changes(desired, &pass.task_changes, now);
     let without_evictions = (!evictions.is_empty()).then(|| desired.clone());
     failover::apply_evictions(desired, &evictions, now);
     FailoverStep {
         without_evictions,
         evicted: evictions,
+        resets,
         blocked: pass.decision.blocked,
         look_again,
         settled: pass.task_changes,
@@ -1427,6 +1444,57 @@ mod tests {
         let done = plan_at(&b, &clusters, 100, &limiter, Instant::now());
         assert!(done.spec.graceful_eviction_tasks.is_empty());
         assert_eq!(names(&done.spec), ["b"]);
+    }
+
+    #[test]
+    fn a_failing_workload_is_reset_in_place_in_the_same_write_then_moved() {
+        let failover = json!({"application": {"decisionConditions": {"tolerationSeconds": 0},
+            "purgeMode": "Gracefully", "inPlaceReset": {"limit": 1, "pauseSeconds": 2}}});
+        let mut b = placed(
+            failover,
+            &["a"],
+            json!([unhealthy("a", 100, "Infrastructure")]),
+        );
+        let clusters = [member("a", None), member("b", None)];
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let reset = plan_at(&b, &clusters, 100, &limiter, Instant::now());
+        assert_eq!(names(&reset.spec), ["a"], "reset in place, not moved");
+        assert!(reset.scheduling.is_none() && reset.spec.eviction_history.is_empty());
+        assert_eq!(reset.resets.len(), 1);
+        assert_eq!(reset.resets[0].reset.reason(), failover::RESET_FAILURE);
+        let record = &reset.spec.in_place_resets[0];
+        assert_eq!(
+            (
+                record.cluster_name.as_str(),
+                record.generation,
+                record.count
+            ),
+            ("a", 1, 1)
+        );
+        assert_eq!(record.last_requested_at, at(100));
+        assert_eq!(record.pause_seconds, Some(2));
+        assert_eq!(reset.resets[0].record, *record);
+        // The work of cluster a asks for it.
+        b.spec = reset.spec.clone();
+        assert_eq!(
+            dispatch::reset_request(&b, "a"),
+            Some(lifeboat_api::protocol::ResetRequest {
+                generation: 1,
+                pause_seconds: 2
+            })
+        );
+        // In flight: the next pass changes nothing, however late.
+        let waiting = plan_at(&b, &clusters, 10_000, &limiter, Instant::now());
+        assert!(waiting.resets.is_empty());
+        assert_eq!(waiting.spec, b.spec);
+        // Re-created (generation 1), failing again: the limit is used up, it moves, and the
+        // record leaves with the copy.
+        b.status.as_mut().unwrap().aggregated_status[0].reset_generation = Some(1);
+        let moved = plan_at(&b, &clusters, 10_000, &limiter, Instant::now());
+        assert!(moved.resets.is_empty());
+        assert_eq!(names(&moved.spec), ["b"]);
+        assert!(moved.spec.in_place_resets.is_empty());
+        assert_eq!(moved.spec.eviction_history[0].cluster_name, "a");
     }
 
     #[test]

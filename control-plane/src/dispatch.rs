@@ -9,11 +9,11 @@
 use std::collections::BTreeMap;
 
 use lifeboat_api::binding::{
-    ANNOTATION_BINDING_UID, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE, ResourceBinding,
-    TargetCluster,
+    ANNOTATION_BINDING_UID, InPlaceResetRecord, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE,
+    ResourceBinding, TargetCluster,
 };
 use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
-use lifeboat_api::protocol::{Work, WorkKey};
+use lifeboat_api::protocol::{ResetRequest, Work, WorkKey};
 use serde_json::{Map, Value};
 
 /// Annotations that are the hub copy's own business.
@@ -132,7 +132,16 @@ pub fn work_for(
         revision: 0,
         manifest,
         purge_mode: purge_mode(binding),
-        reset: None,
+        reset: reset_request(binding, &target.name),
+    })
+}
+
+/// The latest in-place reset asked of `cluster` (the agent acts on a generation above the one
+/// it completed for the object; a completed one only keeps the object's annotation).
+pub fn reset_request(binding: &ResourceBinding, cluster: &str) -> Option<ResetRequest> {
+    InPlaceResetRecord::of(&binding.spec.in_place_resets, cluster).map(|r| ResetRequest {
+        generation: r.generation,
+        pause_seconds: r.pause_seconds.unwrap_or(0),
     })
 }
 
@@ -248,6 +257,7 @@ mod tests {
         let work = work_for(&b, &base, &target, |_, _| panic!("not revised")).unwrap();
         assert_eq!(work.manifest["spec"]["replicas"], 6);
         assert_eq!(work.purge_mode, None);
+        assert_eq!(work.reset, None);
         let mut gang = b.clone();
         gang.spec.gang = true;
         gang.spec.placement = Some(
@@ -257,5 +267,33 @@ mod tests {
             .unwrap(),
         );
         assert!(!divides_replicas(&gang));
+    }
+
+    #[test]
+    fn the_work_carries_its_clusters_latest_reset() {
+        let mut b = binding(json!({
+            "resource": {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "web"},
+            "clusters": [{"name": "m1"}, {"name": "m2"}],
+            "inPlaceResets": [{"clusterName": "m1", "generation": 3, "count": 2,
+                               "lastRequestedAt": "2026-01-01T00:00:00Z", "pauseSeconds": 30}]
+        }));
+        let base = base_manifest(&template(), &b).unwrap();
+        let for_cluster = |b: &ResourceBinding, name: &str| {
+            let target = TargetCluster {
+                name: name.into(),
+                replicas: 0,
+            };
+            work_for(b, &base, &target, |_, _| Ok(None)).unwrap().reset
+        };
+        assert_eq!(
+            for_cluster(&b, "m1"),
+            Some(ResetRequest {
+                generation: 3,
+                pause_seconds: 30
+            })
+        );
+        assert_eq!(for_cluster(&b, "m2"), None);
+        b.spec.in_place_resets[0].pause_seconds = None;
+        assert_eq!(for_cluster(&b, "m1").map(|r| r.pause_seconds), Some(0));
     }
 }

@@ -13,6 +13,10 @@
 //!   when its cluster has no room for it (Capacity), or when a spot reclamation or Autopilot
 //!   notice hits it and the cluster has no other room. Other kinds get `inPlaceReset.limit`
 //!   resets in place (each after a pause and a new toleration) before a move.
+//! - A reset in flight (the generation asked of a cluster is above the one its agent reports
+//!   the object was re-created for) stops every decision on that cluster's status but cluster
+//!   failover: the report is of the old object, or of none.
+//! - A manual reset (`work.lifeboat.dev/reset-request: CLUSTER/NONCE`) is served once per value.
 //! - A cluster whose Ready condition stays not True for the cluster toleration (default 60 s),
 //!   or which is deleted, loses its placements (cluster failover).
 //! - Eviction tasks settle: Gracefully when the new placement is Healthy or the grace period is
@@ -26,9 +30,10 @@ use jsonpath_rust::JsonPath;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use lifeboat_api::binding::{
-    AggregatedStatusItem, EVICTION_APPLICATION_FAILURE, EVICTION_CLUSTER_DELETED,
-    EVICTION_CLUSTER_FAILURE, EVICTION_PRODUCER, EvictionRecord, GracefulEvictionTask,
-    MAX_EVICTION_HISTORY, ResourceBinding, ResourceBindingSpec, ResourceHealth,
+    ANNOTATION_RESET_REQUEST, AggregatedStatusItem, EVICTION_APPLICATION_FAILURE,
+    EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE, EVICTION_PRODUCER, EvictionRecord,
+    GracefulEvictionTask, InPlaceResetRecord, MAX_EVICTION_HISTORY, ResourceBinding,
+    ResourceBindingSpec, ResourceHealth,
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::policy::{
@@ -95,6 +100,32 @@ pub struct Reset {
     /// A manual request (the annotation's value) rather than a failure.
     pub manual: Option<String>,
     pub pause_seconds: i32,
+    /// The failure class of a failure reset.
+    pub class: Option<FailureClass>,
+    /// Why, for the binding's Event and the ledger.
+    pub message: String,
+}
+
+impl Reset {
+    /// `manual` or `failure`: the reason label of the reset counter and the ledger.
+    pub fn reason(&self) -> &'static str {
+        if self.manual.is_some() {
+            RESET_MANUAL
+        } else {
+            RESET_FAILURE
+        }
+    }
+}
+
+/// Reasons of an in-place reset.
+pub const RESET_FAILURE: &str = "failure";
+pub const RESET_MANUAL: &str = "manual";
+
+/// A reset written into the spec: what was decided, and the cluster's record after it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedReset {
+    pub reset: Reset,
+    pub record: InPlaceResetRecord,
 }
 
 /// A failover the workload would need but does not get, and why.
@@ -162,6 +193,11 @@ pub fn decide(binding: &ResourceBinding, ctx: &Context<'_>) -> Decision {
             .is_some_and(|c| c.not_ready_since.is_some())
         {
             // Lost, within its toleration: its last status is stale; wait for the cluster.
+            continue;
+        }
+        if reset_in_flight(binding, name) {
+            // The agent has not re-created the workload yet: its last status is of the old
+            // object (or of none), so nothing is decided on it.
             continue;
         }
         if let Some(reset) = manual_reset(binding, name) {
@@ -317,7 +353,7 @@ fn application_failover(
         // A reset restarts the clock: the next one (or the move) waits for the pause and a
         // new toleration after it.
         let anchor = match record {
-            Some(r) if r.last_requested_at.0 > since.0 => plus(&r.last_requested_at, pause),
+            Some(r) if r.last_requested_at.0 >= since.0 => plus(&r.last_requested_at, pause),
             _ => since.clone(),
         };
         let deadline = plus(&anchor, toleration);
@@ -325,11 +361,20 @@ fn application_failover(
             decision.wake_at(deadline);
             return;
         }
-        if record.map(|r| r.count).unwrap_or(0) < reset.limit {
+        let done = record.map(|r| r.count).unwrap_or(0);
+        if done < reset.limit {
             decision.resets.push(Reset {
                 cluster: name.to_string(),
                 manual: None,
                 pause_seconds: reset.pause_seconds.unwrap_or(0),
+                class: Some(class),
+                message: format!(
+                    "unhealthy in {name} since {} ({}): in-place reset {} of {} (inPlaceReset.limit) before a move",
+                    since.0,
+                    item.health_reason.as_deref().unwrap_or("no reason given"),
+                    done + 1,
+                    reset.limit
+                ),
             });
             return;
         }
@@ -361,28 +406,104 @@ fn application_failover(
     });
 }
 
-/// A manual reset asked through the binding's annotation and not served yet.
+/// A reset was asked of the cluster's agent and the workload it reports is not the re-created
+/// one yet: the requested generation is above the one the reported object was re-created for.
+pub fn reset_in_flight(binding: &ResourceBinding, cluster: &str) -> bool {
+    let Some(record) = InPlaceResetRecord::of(&binding.spec.in_place_resets, cluster) else {
+        return false;
+    };
+    let completed = binding
+        .cluster_status(cluster)
+        .and_then(|i| i.reset_generation)
+        .unwrap_or(0);
+    record.generation > completed
+}
+
+/// A manual reset asked through the binding's annotation and not served yet. It pauses as the
+/// policy's `inPlaceReset.pauseSeconds` says (0 without one).
 fn manual_reset(binding: &ResourceBinding, cluster: &str) -> Option<Reset> {
     let value = binding
         .metadata
         .annotations
         .as_ref()?
-        .get(lifeboat_api::binding::ANNOTATION_RESET_REQUEST)?;
+        .get(ANNOTATION_RESET_REQUEST)?;
     let asked_cluster = value.split('/').next().unwrap_or("");
     if asked_cluster != cluster {
         return None;
     }
-    let served = binding
-        .spec
-        .in_place_resets
-        .iter()
-        .find(|r| r.cluster_name == cluster)
+    let served = InPlaceResetRecord::of(&binding.spec.in_place_resets, cluster)
         .and_then(|r| r.manual_request.as_deref());
+    let pause_seconds = binding
+        .spec
+        .failover
+        .as_ref()
+        .and_then(|f| f.application.as_ref())
+        .and_then(|a| a.in_place_reset.as_ref())
+        .and_then(|r| r.pause_seconds)
+        .unwrap_or(0);
     (served != Some(value.as_str())).then(|| Reset {
         cluster: cluster.to_string(),
         manual: Some(value.clone()),
-        pause_seconds: 0,
+        pause_seconds,
+        class: None,
+        message: format!("asked by hand in {cluster} ({ANNOTATION_RESET_REQUEST}={value})"),
     })
+}
+
+/// A manual reset is asked (the annotation names a placed cluster) and not served yet.
+pub fn manual_reset_pending(binding: &ResourceBinding) -> bool {
+    binding
+        .spec
+        .clusters
+        .iter()
+        .any(|c| manual_reset(binding, &c.name).is_some())
+}
+
+/// Applies resets to the spec: the cluster's record gets the next generation, the time and
+/// pause, and counts a failure reset against the limit (a manual one records its request
+/// instead). Returns what was applied, with each record as it now is.
+pub fn apply_resets(
+    spec: &mut ResourceBindingSpec,
+    resets: &[Reset],
+    now: &Time,
+) -> Vec<AppliedReset> {
+    let mut applied = Vec::new();
+    for reset in resets {
+        if !spec.clusters.iter().any(|c| c.name == reset.cluster) {
+            continue;
+        }
+        let position = match spec
+            .in_place_resets
+            .iter()
+            .position(|r| r.cluster_name == reset.cluster)
+        {
+            Some(p) => p,
+            None => {
+                spec.in_place_resets.push(InPlaceResetRecord {
+                    cluster_name: reset.cluster.clone(),
+                    generation: 0,
+                    count: 0,
+                    last_requested_at: now.clone(),
+                    manual_request: None,
+                    pause_seconds: None,
+                });
+                spec.in_place_resets.len() - 1
+            }
+        };
+        let record = &mut spec.in_place_resets[position];
+        record.generation += 1;
+        record.last_requested_at = now.clone();
+        record.pause_seconds = (reset.pause_seconds > 0).then_some(reset.pause_seconds);
+        match &reset.manual {
+            Some(value) => record.manual_request = Some(value.clone()),
+            None => record.count += 1,
+        }
+        applied.push(AppliedReset {
+            reset: reset.clone(),
+            record: record.clone(),
+        });
+    }
+    applied
 }
 
 /// The state-preservation labels from the evicted copy's reflected status. A rule whose path

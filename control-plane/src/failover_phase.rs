@@ -115,10 +115,10 @@ pub fn is_cluster_eviction(eviction: &Eviction) -> bool {
 }
 
 /// The binding may need the failover phase again soon: it has a failover policy and a placement
-/// that is not Healthy, an eviction in progress, or a blocked failover to clear. The binder is
-/// queued on such a binding's status changes.
+/// that is not Healthy, an eviction in progress, a blocked failover to clear, or a manual reset
+/// asked and not served. The binder is queued on such a binding's changes.
 pub fn wants_a_look(binding: &ResourceBinding) -> bool {
-    if !binding.spec.graceful_eviction_tasks.is_empty() {
+    if !binding.spec.graceful_eviction_tasks.is_empty() || failover::manual_reset_pending(binding) {
         return true;
     }
     if binding.spec.failover.is_none() {
@@ -350,6 +350,17 @@ mod tests {
         assert!(wants_a_look(&b));
         b.status.as_mut().unwrap().aggregated_status[0].health = ResourceHealth::Healthy;
         assert!(!wants_a_look(&b));
+        // a manual reset asked of a placed cluster, Healthy or not, with or without a policy
+        let mut asked = b.clone();
+        asked.spec.failover = None;
+        asked.metadata.annotations = Some(
+            [(
+                lifeboat_api::binding::ANNOTATION_RESET_REQUEST.to_string(),
+                "a/1".to_string(),
+            )]
+            .into(),
+        );
+        assert!(wants_a_look(&asked));
         b.spec
             .graceful_eviction_tasks
             .push(lifeboat_api::binding::GracefulEvictionTask {

@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use lifeboat_api::binding::{GracefulEvictionTask, ResourceBinding};
 use serde_json::json;
 
-use crate::failover::{Blocked, Eviction, TaskChange};
+use crate::failover::{AppliedReset, Blocked, Eviction, TaskChange};
 use crate::ledger::feed::ledger_time;
 use crate::ledger::{BindingRef, EventKind, LedgerEvent, LedgerFeed};
 
@@ -31,6 +31,9 @@ pub const PURGED: &str = "Purged";
 /// `to` of an eviction task that ended (its old copy, if kept, goes now).
 pub const TASK_DONE: &str = "EvictionTaskDone";
 
+/// The reason of the Event posted on a binding for each in-place reset.
+pub const EVENT_IN_PLACE_RESET: &str = "InPlaceReset";
+
 /// The failover metrics (low-cardinality labels: reason and class are closed sets).
 #[derive(Clone)]
 pub struct FailoverMetrics {
@@ -42,6 +45,8 @@ pub struct FailoverMetrics {
     pub duration: prometheus::Histogram,
     /// Failovers that were due but blocked, by reason, counted when the block begins.
     pub blocked: prometheus::IntCounterVec,
+    /// In-place resets written into bindings, by reason (`failure`, `manual`).
+    pub in_place_resets: prometheus::IntCounterVec,
 }
 
 impl FailoverMetrics {
@@ -69,13 +74,22 @@ impl FailoverMetrics {
             ),
             &["reason"],
         )?;
+        let in_place_resets = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_in_place_resets_total",
+                "In-place resets asked of agents (delete and recreate the workload in its cluster), by reason (failure, manual)",
+            ),
+            &["reason"],
+        )?;
         registry.register(Box::new(failovers.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(blocked.clone()))?;
+        registry.register(Box::new(in_place_resets.clone()))?;
         Ok(FailoverMetrics {
             failovers,
             duration,
             blocked,
+            in_place_resets,
         })
     }
 }
@@ -88,6 +102,8 @@ pub struct PassRecord<'a> {
     pub after: &'a ResourceBinding,
     /// Evictions made (written into the spec).
     pub evicted: &'a [Eviction],
+    /// In-place resets written into the spec.
+    pub resets: &'a [AppliedReset],
     /// Eviction tasks settled.
     pub settled: &'a [TaskChange],
     /// Failovers blocked now.
@@ -259,7 +275,8 @@ pub fn missing_evictions(
 /// Records a pass: ledger, Events, metrics.
 pub struct FailoverRecorder {
     ledger: Option<LedgerFeed>,
-    events: Option<Recorder>,
+    /// Where Events go, and who posts them.
+    events: Option<(kube::Client, Reporter)>,
     metrics: FailoverMetrics,
 }
 
@@ -270,7 +287,7 @@ impl FailoverRecorder {
         metrics: FailoverMetrics,
     ) -> FailoverRecorder {
         let events = client.map(|client| {
-            Recorder::new(
+            (
                 client,
                 Reporter {
                     controller: "lifeboat-hub".into(),
@@ -291,22 +308,34 @@ impl FailoverRecorder {
         }
     }
 
-    async fn publish(&self, pass: &PassRecord<'_>, type_: EventType, reason: &str, note: String) {
-        let Some(recorder) = &self.events else { return };
+    /// Posts `event` on the binding and, with `on_template`, on its template too. A recorder of
+    /// its own each time: a shared one folds later Events of the same reason on the same
+    /// object into the first one's series, keeping the first note, and each failover is news.
+    async fn publish(&self, pass: &PassRecord<'_>, event: Event, on_template: bool) {
+        let Some((client, reporter)) = &self.events else {
+            return;
+        };
+        let mut references = vec![pass.after.object_ref(&())];
+        if on_template {
+            references.extend(pass.template.clone());
+        }
+        for reference in references {
+            let recorder = Recorder::new(client.clone(), reporter.clone());
+            if let Err(error) = recorder.publish(&event, &reference).await {
+                tracing::warn!(%error, reason = %event.reason, "publishing an Event failed");
+            }
+        }
+    }
+
+    async fn warn(&self, pass: &PassRecord<'_>, reason: &str, note: String) {
         let event = Event {
-            type_,
+            type_: EventType::Warning,
             reason: reason.into(),
             note: Some(truncate_note(note)),
             action: "Failover".into(),
             secondary: None,
         };
-        let mut references = vec![pass.after.object_ref(&())];
-        references.extend(pass.template.clone());
-        for reference in references {
-            if let Err(error) = recorder.publish(&event, &reference).await {
-                tracing::warn!(%error, reason, "publishing an Event failed");
-            }
-        }
+        self.publish(pass, event, true).await;
     }
 
     /// Records what `pass` did.
@@ -332,8 +361,34 @@ impl FailoverRecorder {
                 placed_on(pass.after),
                 eviction.message
             );
-            self.publish(&pass, EventType::Warning, "Evicted", note)
-                .await;
+            self.warn(&pass, "Evicted", note).await;
+        }
+        for applied in pass.resets {
+            let reset = &applied.reset;
+            tracing::info!(
+                cluster = %reset.cluster,
+                generation = applied.record.generation,
+                count = applied.record.count,
+                reason = reset.reason(),
+                pause_seconds = reset.pause_seconds,
+                message = %reset.message,
+                "in-place reset asked"
+            );
+            self.metrics
+                .in_place_resets
+                .with_label_values(&[reset.reason()])
+                .inc();
+            let (namespace, name) = pass.after.key();
+            let key = lifeboat_api::protocol::WorkKey { namespace, name };
+            let uid = pass.after.metadata.uid.clone().unwrap_or_default();
+            self.ledger(crate::ledger::feed::reset_event(
+                &key,
+                &uid,
+                applied,
+                ledger_time(now),
+            ))
+            .await;
+            self.publish(&pass, reset_k8s_event(applied), false).await;
         }
         for cluster in clusters(pass.after).iter().filter(|c| !before.contains(*c)) {
             self.ledger(placement_event(pass.after, cluster, now)).await;
@@ -358,14 +413,34 @@ impl FailoverRecorder {
                 .with_label_values(&[blocked.reason])
                 .inc();
             self.ledger(blocked_event(pass.after, blocked, now)).await;
-            self.publish(
+            self.warn(
                 &pass,
-                EventType::Warning,
                 "FailoverBlocked",
                 format!("{}: {}", blocked.reason, blocked.message),
             )
             .await;
         }
+    }
+}
+
+/// The Event of an in-place reset on its binding: Warning for a failure, Normal for a manual
+/// request.
+pub fn reset_k8s_event(applied: &AppliedReset) -> Event {
+    let reset = &applied.reset;
+    let record = &applied.record;
+    let note = format!(
+        "in-place reset in {} (generation {}, pause {}s): {}",
+        reset.cluster, record.generation, reset.pause_seconds, reset.message
+    );
+    Event {
+        type_: match reset.manual {
+            Some(_) => EventType::Normal,
+            None => EventType::Warning,
+        },
+        reason: EVENT_IN_PLACE_RESET.into(),
+        note: Some(truncate_note(note)),
+        action: "ResetInPlace".into(),
+        secondary: None,
     }
 }
 

@@ -26,6 +26,7 @@ pub mod intake;
 pub mod interpreters;
 pub mod leadership;
 pub mod ledger;
+pub mod manual_reset;
 pub mod placement;
 pub mod processor;
 pub mod queue;

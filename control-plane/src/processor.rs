@@ -1015,6 +1015,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pytorchjob_without_status_makes_an_item_the_crd_takes() {
+        let work = store_with_work();
+        let interp = interpreters();
+        let mut state = StatusState::default();
+        let job = json!({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "ml"},
+            "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}});
+        state.process(
+            &batch("m1", vec![report(1, job)]),
+            &work,
+            |_| None,
+            &interp,
+            &at(1),
+        );
+        let item = serde_json::to_value(&state.items(&key())[0]).unwrap();
+        assert!(item.get("status").is_none(), "no status: {item}");
+    }
+
+    #[test]
     fn work_of_another_cluster_or_binding_is_refused() {
         let work = store_with_work();
         let interp = interpreters();

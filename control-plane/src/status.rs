@@ -102,8 +102,14 @@ pub fn next_item(
         health,
         health_reason: reason.as_deref().map(truncate),
         failure_class: class,
+        // Only an object with something in it: the CRD's `status` is an object, and an empty
+        // one (the ReflectStatus of a PyTorchJob no operator has seen yet) comes back from a
+        // server-side apply as null, which the CRD refuses, failing the whole status write.
         status: if report.applied {
-            observation.reflected.clone()
+            observation
+                .reflected
+                .clone()
+                .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
         } else {
             None
         },
@@ -112,6 +118,13 @@ pub fn next_item(
         last_healthy_time: previous.and_then(|p| p.last_healthy_time.clone()),
         unhealthy_since: previous.and_then(|p| p.unhealthy_since.clone()),
         observed_revision: Some(report.revision),
+        // The reset generation belongs to the object reported; a report without one (the
+        // object is being re-created) leaves the last known.
+        reset_generation: if report.observed.is_some() {
+            report.reset_generation
+        } else {
+            previous.and_then(|p| p.reset_generation)
+        },
     };
     if item.applied && report.observed.is_some() && item.first_observed_at.is_none() {
         item.first_observed_at = Some(now.clone());
@@ -163,6 +176,7 @@ fn same_except_times(a: &AggregatedStatusItem, b: &AggregatedStatusItem) -> bool
         && a.status == b.status
         && a.first_observed_at == b.first_observed_at
         && a.unhealthy_since == b.unhealthy_since
+        && a.reset_generation == b.reset_generation
         && a.observed_revision.is_some() == b.observed_revision.is_some()
 }
 
@@ -299,7 +313,7 @@ mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
     use lifeboat_api::protocol::WorkKey;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn at(second: i64) -> Time {
         Time(Timestamp::from_second(1_800_000_000 + second).unwrap())
@@ -425,6 +439,58 @@ mod tests {
         );
         assert_eq!(gone.item.health, ResourceHealth::Unknown);
         assert_eq!(gone.item.first_observed_at, None);
+    }
+
+    #[test]
+    fn a_reflected_status_that_is_no_object_or_empty_is_left_out() {
+        let r = report(true, true);
+        let observe = |reflected| {
+            next_item(
+                None,
+                &Observation {
+                    cluster: "m1",
+                    report: &r,
+                    verdict: HealthVerdict::NoRule,
+                    reflected,
+                },
+                &at(1),
+            )
+            .item
+            .status
+        };
+        assert_eq!(observe(Some(Value::Null)), None);
+        assert_eq!(observe(Some(json!([]))), None);
+        assert_eq!(observe(Some(json!({}))), None);
+        assert_eq!(observe(Some(json!({"a": 1}))), Some(json!({"a": 1})));
+    }
+
+    #[test]
+    fn the_reset_generation_follows_the_reported_object() {
+        let observe = |prev: Option<&AggregatedStatusItem>, generation, observed, second| {
+            let mut r = report(true, observed);
+            r.reset_generation = generation;
+            next_item(
+                prev,
+                &Observation {
+                    cluster: "m1",
+                    report: &r,
+                    verdict: judged(ResourceHealth::Healthy, None),
+                    reflected: None,
+                },
+                &at(second),
+            )
+        };
+        let first = observe(None, Some(1), true, 1);
+        assert_eq!(first.item.reset_generation, Some(1));
+        let reset = observe(Some(&first.item), Some(2), true, 2);
+        assert_eq!(reset.item.reset_generation, Some(2));
+        assert!(reset.changed, "a new reset generation is written");
+        // The object is gone while the agent re-creates it: the last known generation stays.
+        let gone = observe(Some(&reset.item), None, false, 3);
+        assert_eq!(gone.item.reset_generation, Some(2));
+        // An object without the annotation was never reset.
+        let fresh = observe(Some(&gone.item), None, true, 4);
+        assert_eq!(fresh.item.reset_generation, None);
     }
 
     #[test]

@@ -67,7 +67,12 @@ impl ClusterSlot {
 #[derive(Debug, Clone, PartialEq)]
 pub enum WorkChange {
     /// New or changed work sent to `cluster` (`work.revision` is the revision it took).
-    Dispatched { cluster: String, work: Arc<Work> },
+    /// `reset_asked`: the work carries a reset request it did not carry before.
+    Dispatched {
+        cluster: String,
+        work: Arc<Work>,
+        reset_asked: bool,
+    },
     /// Work taken off `cluster` at `revision`.
     Withdrawn {
         cluster: String,
@@ -173,7 +178,8 @@ impl WorkStore {
         let slot = self.slot(cluster);
         let revision = {
             let mut state = slot.lock();
-            if let Some(current) = state.items.get(&work.key) {
+            let current = state.items.get(&work.key);
+            if let Some(current) = current {
                 let same = current.work.binding_uid == work.binding_uid
                     && current.work.manifest == work.manifest
                     && current.work.purge_mode == work.purge_mode
@@ -182,6 +188,8 @@ impl WorkStore {
                     return None;
                 }
             }
+            let reset_asked =
+                work.reset.is_some() && current.is_none_or(|c| c.work.reset != work.reset);
             state.revision += 1;
             let revision = state.revision;
             work.revision = revision;
@@ -194,13 +202,14 @@ impl WorkStore {
                     work: work.clone(),
                 },
             );
-            (revision, work)
+            (revision, work, reset_asked)
         };
-        let (revision, work) = revision;
+        let (revision, work, reset_asked) = revision;
         slot.revision.send_replace(revision);
         self.notify(|| WorkChange::Dispatched {
             cluster: cluster.to_string(),
             work,
+            reset_asked,
         });
         Some(revision)
     }
@@ -399,32 +408,70 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn the_observer_sees_each_change_once_and_no_no_ops() {
-        let store = WorkStore::new("e1");
+    /// Observes `store`, keeping what `line` makes of each change.
+    fn observed<T: Send + 'static>(
+        store: &WorkStore,
+        line: impl Fn(WorkChange) -> Option<T> + Send + Sync + 'static,
+    ) -> Arc<Mutex<Vec<T>>> {
         let seen = Arc::new(Mutex::new(Vec::new()));
         let sink = seen.clone();
         assert!(
             store
                 .observe(Box::new(move |change| {
-                    let line = match change {
-                        WorkChange::Dispatched { cluster, work } => {
-                            format!(
-                                "+{cluster}/{}@{} {}",
-                                work.key.name, work.revision, work.binding_uid
-                            )
-                        }
-                        WorkChange::Withdrawn {
-                            cluster,
-                            key,
-                            binding_uid,
-                            revision,
-                        } => format!("-{cluster}/{}@{revision} {binding_uid}", key.name),
-                    };
-                    sink.lock().unwrap().push(line);
+                    if let Some(line) = line(change) {
+                        sink.lock().unwrap().push(line);
+                    }
                 }))
                 .is_ok()
         );
+        seen
+    }
+
+    #[test]
+    fn a_new_reset_request_is_flagged_once() {
+        use lifeboat_api::protocol::ResetRequest;
+        let store = WorkStore::new("e1");
+        let seen = observed(&store, |change| match change {
+            WorkChange::Dispatched { reset_asked, .. } => Some(reset_asked),
+            WorkChange::Withdrawn { .. } => None,
+        });
+        let reset = |generation| {
+            Some(ResetRequest {
+                generation,
+                pause_seconds: 0,
+            })
+        };
+        store.upsert("m1", work("a", 1));
+        let mut with_reset = work("a", 1);
+        with_reset.reset = reset(1);
+        store.upsert("m1", with_reset.clone());
+        // The template changes: the same reset rides along, asked before.
+        with_reset.manifest = json!({"kind": "Deployment", "spec": {"replicas": 2}});
+        store.upsert("m1", with_reset.clone());
+        with_reset.reset = reset(2);
+        store.upsert("m1", with_reset.clone());
+        assert_eq!(*seen.lock().unwrap(), [false, true, false, true]);
+    }
+
+    #[test]
+    fn the_observer_sees_each_change_once_and_no_no_ops() {
+        let store = WorkStore::new("e1");
+        let seen = observed(&store, |change| {
+            Some(match change {
+                WorkChange::Dispatched { cluster, work, .. } => {
+                    format!(
+                        "+{cluster}/{}@{} {}",
+                        work.key.name, work.revision, work.binding_uid
+                    )
+                }
+                WorkChange::Withdrawn {
+                    cluster,
+                    key,
+                    binding_uid,
+                    revision,
+                } => format!("-{cluster}/{}@{revision} {binding_uid}", key.name),
+            })
+        });
         assert!(store.observe(Box::new(|_| {})).is_err(), "one observer");
         store.upsert("m1", work("a", 1));
         store.upsert("m1", work("a", 1)); // unchanged: no event

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::health::FailureClass;
@@ -28,7 +28,9 @@ use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::{faults, wait};
 use serde_json::json;
 use support::T;
-use support::hub::{appwrapper_resource, bootstrap, start_agent, start_hub, tempfile_dir};
+use support::hub::{
+    appwrapper_resource, binding_of, placement, start_hub, tempfile_dir, two_agents,
+};
 
 /// The cluster lease of the test hub (support::hub::start_hub).
 const LEASE: Duration = Duration::from_secs(10);
@@ -52,25 +54,6 @@ fn main() -> ExitCode {
     )
 }
 
-/// The binding of template `name` in `ns` on the hub.
-async fn binding_of(
-    bindings: &Api<ResourceBinding>,
-    name: &str,
-) -> Result<ResourceBinding, String> {
-    bindings
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .find(|b| b.spec.resource.name == name)
-        .ok_or_else(|| format!("no binding of {name} yet"))
-}
-
-fn placement(b: &ResourceBinding) -> Vec<String> {
-    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
-}
-
 async fn phase_in(api: &Api<DynamicObject>, name: &str) -> Result<Option<String>, String> {
     Ok(api
         .get_opt(name)
@@ -89,27 +72,13 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     let hub = ctx.client("hub").await?;
     lifeboat_agent::install::ensure_crd(&hub).await?;
     let hub_url = start_hub(&ctx).await?;
-    bootstrap(&hub, &dir).await?;
     let members = ctx.fleet.member_names();
     let [first, second] = members.as_slice() else {
         return Err("the fleet needs two members".into());
     };
-    let mut agents = std::collections::BTreeMap::new();
-    agents.insert(
-        first.clone(),
-        start_agent(&ctx, first, &hub_url, &dir, "us-east-1").await?,
-    );
-    agents.insert(
-        second.clone(),
-        start_agent(&ctx, second, &hub_url, &dir, "eu-west-1").await?,
-    );
-    support::hub::until_clusters_ready(&hub, [first, second]).await?;
+    let mut agents = two_agents(&ctx, &hub, &hub_url, &dir, [first, second]).await?;
     let clusters: Api<Cluster> = Api::all(hub.clone());
-
-    let ns = ctx.namespace("hub").await?;
-    for member in [first, second] {
-        ctx.namespace(member).await?;
-    }
+    let ns = ctx.namespace.clone();
     lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
         &hub,
         &ns,

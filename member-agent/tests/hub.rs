@@ -40,7 +40,7 @@ use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::{nodes, wait};
 use lifeboat_hub::work_store::WorkStore;
 use serde_json::{Value, json};
-use support::T;
+use support::{T, metric, metrics_text};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
@@ -465,29 +465,6 @@ async fn start_agent(
     hub: HubOptions,
 ) -> Result<(agent::SpawnedAgent, SocketAddr), TestError> {
     support::spawn_agent(&ctx.fleet, member, 4, Some(hub)).await
-}
-
-/// `GET /metrics` of the agent, as text.
-async fn metrics_text(addr: SocketAddr) -> Result<String, String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: agent\r\n\r\n")
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut text = String::new();
-    stream
-        .read_to_string(&mut text)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok(text)
-}
-
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 async fn wait_for<R>(what: &str, check: impl Fn() -> Result<R, String>) -> Result<R, TestError> {

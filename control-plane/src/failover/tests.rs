@@ -224,14 +224,15 @@ fn in_place_resets_come_first_each_after_a_pause_and_a_new_toleration() {
     let clusters = ready(&["a"]);
     assert_eq!(decide_at(&b, 9, &clusters).next_check, Some(at(10)));
     let d = decide_at(&b, 10, &clusters);
+    assert_eq!(d.resets.len(), 1);
+    let reset = &d.resets[0];
     assert_eq!(
-        d.resets,
-        vec![Reset {
-            cluster: "a".into(),
-            manual: None,
-            pause_seconds: 5
-        }]
+        (reset.cluster.as_str(), &reset.manual, reset.pause_seconds),
+        ("a", &None, 5)
     );
+    assert_eq!(reset.class, Some(FailureClass::Infrastructure));
+    assert_eq!(reset.reason(), RESET_FAILURE);
+    assert!(reset.message.contains("reset 1 of 2"), "{}", reset.message);
     assert!(d.evictions.is_empty());
     let record = |count, at_s| InPlaceResetRecord {
         cluster_name: "a".into(),
@@ -239,7 +240,10 @@ fn in_place_resets_come_first_each_after_a_pause_and_a_new_toleration() {
         count,
         last_requested_at: at(at_s),
         manual_request: None,
+        pause_seconds: Some(5),
     };
+    // (each reset completed: the agent reports the re-created object's generation)
+    b.status.as_mut().unwrap().aggregated_status[0].reset_generation = Some(2);
     b.spec.in_place_resets = vec![record(1, 10)];
     let d = decide_at(&b, 20, &clusters);
     assert!(d.resets.is_empty() && d.evictions.is_empty());
@@ -261,14 +265,180 @@ fn a_manual_reset_is_served_once() {
     )]));
     let d = decide_at(&b, 1, &ready(&["a"]));
     assert_eq!(d.resets[0].manual.as_deref(), Some("a/n1"));
-    b.spec.in_place_resets = vec![InPlaceResetRecord {
-        cluster_name: "a".into(),
-        generation: 1,
-        count: 0,
-        last_requested_at: at(1),
-        manual_request: Some("a/n1".into()),
-    }];
+    assert_eq!(d.resets[0].reason(), RESET_MANUAL);
+    assert!(manual_reset_pending(&b));
+    apply_resets(&mut b.spec, &d.resets, &at(1));
+    assert_eq!(
+        b.spec.in_place_resets,
+        vec![InPlaceResetRecord {
+            cluster_name: "a".into(),
+            generation: 1,
+            count: 0,
+            last_requested_at: at(1),
+            manual_request: Some("a/n1".into()),
+            pause_seconds: None,
+        }]
+    );
+    assert!(!manual_reset_pending(&b));
     assert!(decide_at(&b, 2, &ready(&["a"])).resets.is_empty());
+    // A new value asks again, once the first reset is done.
+    b.metadata.annotations = Some(BTreeMap::from([(
+        lifeboat_api::binding::ANNOTATION_RESET_REQUEST.to_string(),
+        "a/n2".to_string(),
+    )]));
+    assert!(
+        decide_at(&b, 3, &ready(&["a"])).resets.is_empty(),
+        "in flight"
+    );
+    b.status = Some(
+        serde_json::from_value(json!({"aggregatedStatus": [
+            {"clusterName": "a", "applied": true, "health": "Healthy", "resetGeneration": 1}]}))
+        .unwrap(),
+    );
+    assert_eq!(
+        decide_at(&b, 3, &ready(&["a"])).resets[0].manual.as_deref(),
+        Some("a/n2")
+    );
+    // A request naming another cluster (or none placed) asks nothing.
+    b.metadata.annotations = Some(BTreeMap::from([(
+        lifeboat_api::binding::ANNOTATION_RESET_REQUEST.to_string(),
+        "b/n3".to_string(),
+    )]));
+    assert!(!manual_reset_pending(&b));
+    assert!(decide_at(&b, 4, &ready(&["a"])).resets.is_empty());
+}
+
+#[test]
+fn a_manual_reset_pauses_as_the_policy_says() {
+    let mut b = binding(
+        app(json!({"inPlaceReset": {"limit": 0, "pauseSeconds": 7}})),
+        &["a"],
+        json!([]),
+    );
+    b.metadata.annotations = Some(BTreeMap::from([(
+        lifeboat_api::binding::ANNOTATION_RESET_REQUEST.to_string(),
+        "a/x".to_string(),
+    )]));
+    let d = decide_at(&b, 1, &ready(&["a"]));
+    assert_eq!(d.resets[0].pause_seconds, 7);
+    let applied = apply_resets(&mut b.spec, &d.resets, &at(1));
+    assert_eq!(applied[0].record.pause_seconds, Some(7));
+    assert_eq!(applied[0].record.count, 0, "manual resets do not count");
+}
+
+/// The reset cycle of scenario 11 with a fake clock: a failing workload (toleration 0,
+/// `inPlaceReset {limit: 2, pauseSeconds: 1}`) is reset, nothing more is decided while the
+/// reset is in flight (the report is of the old object), the next failure resets again, and
+/// the third moves it.
+#[test]
+fn a_reset_in_flight_is_not_decided_again_and_the_limit_then_moves() {
+    let failover = app(json!({"decisionConditions": {"tolerationSeconds": 0},
+                              "inPlaceReset": {"limit": 2, "pauseSeconds": 1}}));
+    let mut b = binding(
+        failover,
+        &["a", "b"],
+        json!([unhealthy("a", 100, "Infrastructure")]),
+    );
+    let clusters = ready(&["a", "b"]);
+    let set_reported = |b: &mut ResourceBinding, generation: Option<i64>, health: &str| {
+        let item = &mut b.status.as_mut().unwrap().aggregated_status[0];
+        item.reset_generation = generation;
+        item.health = serde_json::from_value(json!(health)).unwrap();
+    };
+    // First failure: reset 1.
+    let d = decide_at(&b, 100, &clusters);
+    assert!(d.evictions.is_empty());
+    let applied = apply_resets(&mut b.spec, &d.resets, &at(100));
+    assert_eq!(
+        (applied[0].record.generation, applied[0].record.count),
+        (1, 1)
+    );
+    assert_eq!(applied[0].record.pause_seconds, Some(1));
+    // In flight: the stale Unhealthy report neither resets again nor evicts, at any time.
+    assert!(reset_in_flight(&b, "a"));
+    for now in [100, 101, 500, 100_000] {
+        assert_eq!(
+            decide_at(&b, now, &clusters),
+            Decision::default(),
+            "at {now}"
+        );
+    }
+    // The agent re-created it (generation 1): Unknown at first, nothing to do.
+    set_reported(&mut b, Some(1), "Unknown");
+    assert!(!reset_in_flight(&b, "a"));
+    assert_eq!(decide_at(&b, 103, &clusters), Decision::default());
+    // The new copy fails too: reset 2, once the pause after the first is over.
+    set_reported(&mut b, Some(1), "Unhealthy");
+    let d = decide_at(&b, 100, &clusters);
+    assert!(d.resets.is_empty() && d.evictions.is_empty());
+    assert_eq!(d.next_check, Some(at(101)));
+    let d = decide_at(&b, 104, &clusters);
+    assert!(
+        d.resets[0].message.contains("reset 2 of 2"),
+        "{:?}",
+        d.resets
+    );
+    let applied = apply_resets(&mut b.spec, &d.resets, &at(104));
+    assert_eq!(
+        (applied[0].record.generation, applied[0].record.count),
+        (2, 2)
+    );
+    assert_eq!(
+        decide_at(&b, 200, &clusters),
+        Decision::default(),
+        "in flight"
+    );
+    // Third failure: the limit is used up, it moves.
+    set_reported(&mut b, Some(2), "Unhealthy");
+    let d = decide_at(&b, 106, &clusters);
+    assert!(d.resets.is_empty());
+    assert_eq!(d.evictions.len(), 1);
+    assert_eq!(d.evictions[0].cluster, "a");
+    apply_evictions(&mut b.spec, &d.evictions, &at(106));
+    assert!(
+        b.spec.in_place_resets.is_empty(),
+        "the record leaves with the copy"
+    );
+    assert_eq!(b.spec.eviction_history[0].cluster_name, "a");
+}
+
+#[test]
+fn a_reset_in_flight_still_yields_to_cluster_failover() {
+    let mut b = binding(
+        app(json!({"inPlaceReset": {"limit": 2}})),
+        &["a", "b"],
+        json!([unhealthy("a", 0, "Infrastructure")]),
+    );
+    apply_resets(
+        &mut b.spec,
+        &[Reset {
+            cluster: "a".into(),
+            manual: None,
+            pause_seconds: 0,
+            class: None,
+            message: String::new(),
+        }],
+        &at(0),
+    );
+    let mut clusters = ready(&["a", "b"]);
+    clusters.get_mut("a").unwrap().not_ready_since = Some(at(10));
+    let d = decide_at(&b, 1000, &clusters);
+    assert_eq!(d.evictions[0].reason, "ClusterFailure");
+    // A reset for a cluster the binding is not placed on is not recorded.
+    let mut spec = b.spec.clone();
+    let applied = apply_resets(
+        &mut spec,
+        &[Reset {
+            cluster: "z".into(),
+            manual: None,
+            pause_seconds: 0,
+            class: None,
+            message: String::new(),
+        }],
+        &at(0),
+    );
+    assert!(applied.is_empty());
+    assert_eq!(spec.in_place_resets, b.spec.in_place_resets);
 }
 
 #[test]

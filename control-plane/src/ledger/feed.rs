@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, mpsc, watch};
 use super::event::{BindingRef, EventKind, LedgerEvent};
 use super::writer::LedgerWriter;
 use crate::clusters::{ClusterHealth, ReadinessTransition};
+use crate::failover::AppliedReset;
 use crate::leadership::LeaderState;
 use crate::processor::HealthTransition;
 use crate::work_store::{WorkChange, WorkObserver, WorkStore};
@@ -39,8 +40,14 @@ fn binding_ref(key: &WorkKey, uid: &str) -> BindingRef {
     }
 }
 
-/// New or changed work handed to `cluster`, with the revision it took and what it is.
-pub fn dispatch_event(cluster: &str, work: &Work, at: DateTime<Utc>) -> LedgerEvent {
+/// New or changed work handed to `cluster`, with the revision it took and what it is; reason
+/// `ResetRequested` when it newly asks for a reset (`reset_asked`).
+pub fn dispatch_event(
+    cluster: &str,
+    work: &Work,
+    reset_asked: bool,
+    at: DateTime<Utc>,
+) -> LedgerEvent {
     let mut event = LedgerEvent::new(EventKind::Dispatch, at)
         .with_binding(binding_ref(&work.key, &work.binding_uid))
         .with_cluster(cluster)
@@ -55,9 +62,10 @@ pub fn dispatch_event(cluster: &str, work: &Work, at: DateTime<Utc>) -> LedgerEv
         event = event.with_detail("purgeMode", json!(mode));
     }
     if let Some(reset) = &work.reset {
-        event = event
-            .with_reason("ResetRequested")
-            .with_detail("reset", json!(reset));
+        event = event.with_detail("reset", json!(reset));
+        if reset_asked {
+            event = event.with_reason("ResetRequested");
+        }
     }
     event
 }
@@ -80,7 +88,11 @@ pub fn withdrawal_event(
 /// The event of a work store change.
 pub fn work_change_event(change: &WorkChange, at: DateTime<Utc>) -> LedgerEvent {
     match change {
-        WorkChange::Dispatched { cluster, work } => dispatch_event(cluster, work, at),
+        WorkChange::Dispatched {
+            cluster,
+            work,
+            reset_asked,
+        } => dispatch_event(cluster, work, *reset_asked, at),
         WorkChange::Withdrawn {
             cluster,
             key,
@@ -105,6 +117,41 @@ pub fn health_event(transition: &HealthTransition, binding_uid: Option<&str>) ->
     }
     if let Some(reason) = &transition.reason {
         event = event.with_reason(reason);
+    }
+    event
+}
+
+/// `to` of an in-place reset decision.
+pub const RESET: &str = "InPlaceReset";
+
+/// An in-place reset the binder wrote into binding `key` (UID `binding_uid`): a `Decision`,
+/// `to: InPlaceReset`, reason `Failure` or `Manual`, the failure class of a failure reset, and
+/// in `details` the generation, the failure resets counted so far, the pause, the manual
+/// request and the message.
+pub fn reset_event(
+    key: &WorkKey,
+    binding_uid: &str,
+    applied: &AppliedReset,
+    at: DateTime<Utc>,
+) -> LedgerEvent {
+    let AppliedReset { reset, record } = applied;
+    let mut event = LedgerEvent::new(EventKind::Decision, at)
+        .with_binding(binding_ref(key, binding_uid))
+        .with_cluster(&reset.cluster)
+        .with_to(RESET)
+        .with_reason(match reset.manual {
+            Some(_) => "Manual",
+            None => "Failure",
+        })
+        .with_detail("generation", record.generation)
+        .with_detail("count", record.count)
+        .with_detail("pauseSeconds", reset.pause_seconds)
+        .with_detail("message", reset.message.as_str());
+    if let Some(value) = &reset.manual {
+        event = event.with_detail("manualRequest", value.as_str());
+    }
+    if let Some(class) = reset.class {
+        event = event.with_class(class);
     }
     event
 }
@@ -240,7 +287,7 @@ mod tests {
 
     #[test]
     fn a_dispatch_names_binding_cluster_revision_and_kind() {
-        let event = dispatch_event("member-2", &work(), at());
+        let event = dispatch_event("member-2", &work(), false, at());
         assert_eq!(event.kind, EventKind::Dispatch);
         assert_eq!(event.at, at());
         let binding = event.binding.as_ref().unwrap();
@@ -263,13 +310,70 @@ mod tests {
             pause_seconds: 30,
         });
         reset.purge_mode = None;
-        let event = dispatch_event("member-2", &reset, at());
+        let event = dispatch_event("member-2", &reset, true, at());
         assert_eq!(event.reason.as_deref(), Some("ResetRequested"));
         assert_eq!(
             event.details["reset"],
             json!({"generation": 2, "pauseSeconds": 30})
         );
         assert!(event.details.get("purgeMode").is_none());
+        // The same reset on a later change (a new template) is no new request.
+        let event = dispatch_event("member-2", &reset, false, at());
+        assert_eq!(event.reason, None);
+        assert_eq!(event.details["reset"]["generation"], 2);
+    }
+
+    #[test]
+    fn a_reset_is_a_decision_with_its_generation_and_why() {
+        use crate::failover::Reset;
+        use lifeboat_api::binding::InPlaceResetRecord;
+        let record = InPlaceResetRecord {
+            cluster_name: "member-1".into(),
+            generation: 2,
+            count: 2,
+            last_requested_at: Time(Timestamp::from_second(1_800_000_000).unwrap()),
+            manual_request: None,
+            pause_seconds: Some(1),
+        };
+        let failure = AppliedReset {
+            reset: Reset {
+                cluster: "member-1".into(),
+                manual: None,
+                pause_seconds: 1,
+                class: Some(FailureClass::Unknown),
+                message: "unhealthy: reset 2 of 2".into(),
+            },
+            record: record.clone(),
+        };
+        let event = reset_event(&key(), "uid-1", &failure, at());
+        assert_eq!(event.kind, EventKind::Decision);
+        assert_eq!(event.cluster.as_deref(), Some("member-1"));
+        assert_eq!(
+            (event.to.as_deref(), event.reason.as_deref()),
+            (Some("InPlaceReset"), Some("Failure"))
+        );
+        assert_eq!(event.class, Some(FailureClass::Unknown));
+        assert_eq!(
+            event.binding.as_ref().unwrap().uid.as_deref(),
+            Some("uid-1")
+        );
+        assert_eq!(
+            event.details,
+            json!({"generation": 2, "count": 2, "pauseSeconds": 1,
+                   "message": "unhealthy: reset 2 of 2"})
+        );
+        let manual = AppliedReset {
+            reset: Reset {
+                manual: Some("member-1/n1".into()),
+                class: None,
+                ..failure.reset.clone()
+            },
+            record,
+        };
+        let event = reset_event(&key(), "uid-1", &manual, at());
+        assert_eq!(event.reason.as_deref(), Some("Manual"));
+        assert_eq!(event.class, None);
+        assert_eq!(event.details["manualRequest"], "member-1/n1");
     }
 
     #[test]

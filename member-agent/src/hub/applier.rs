@@ -31,6 +31,7 @@ use super::fencing::{self, Fence, Suspension};
 use super::metrics::HubMetrics;
 use super::namespaces::Namespaces;
 use super::reporter::{SharedBook, StatusWatches};
+use super::reset::{self, Live, ResetState, Step};
 use super::work::{Labelled, ManifestError, ObjectId, Prepared, key_of, orphans, prepare};
 
 /// First retry of a failed apply; doubles up to the applier's maximum.
@@ -82,6 +83,8 @@ struct Slot {
     applied: Option<ObjectId>,
     /// The object the latest manifest names (known even when its apply failed).
     intended: Option<ObjectId>,
+    /// In-place resets done and in progress.
+    reset: ResetState,
     backoff: Backoff,
 }
 
@@ -115,6 +118,47 @@ fn fenceable(work: &Work) -> bool {
 
 /// Works waiting for the worker.
 pub type Queue = mpsc::UnboundedReceiver<WorkKey>;
+
+/// The object a work's manifest names, resolved.
+struct Target {
+    prepared: Prepared,
+    resource: ApiResource,
+    is_namespaced: bool,
+    id: ObjectId,
+}
+
+/// The reset annotation an apply carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Annotate {
+    /// The generation the object was already re-created for (kept).
+    Completed(i64),
+    /// The object is re-created now for this generation.
+    Recreate(i64),
+}
+
+impl Annotate {
+    fn generation(self) -> i64 {
+        match self {
+            Annotate::Completed(g) | Annotate::Recreate(g) => g,
+        }
+    }
+
+    fn recreated(self) -> Option<i64> {
+        match self {
+            Annotate::Recreate(g) => Some(g),
+            Annotate::Completed(_) => None,
+        }
+    }
+}
+
+/// What the reset of a work leaves for its apply.
+enum ResetFlow {
+    Apply {
+        annotate: Option<Annotate>,
+    },
+    /// A reset step is under way: look again after this long.
+    Wait(Duration),
+}
 
 /// What an [`Applier`] is built from.
 pub struct ApplierParts {
@@ -175,6 +219,7 @@ impl Applier {
                 desired: None,
                 applied: None,
                 intended: None,
+                reset: ResetState::default(),
                 backoff: Backoff::new(RETRY_BASE, self.max_backoff),
             });
             slot.desired = Some(Arc::from(work));
@@ -333,9 +378,24 @@ impl Applier {
     }
 
     async fn apply_work(&self, key: &WorkKey, work: &Work, applied: Option<ObjectId>) -> Outcome {
-        let result = self.apply(key, work).await;
+        // A reset step under way comes back later; its errors are the apply's.
+        let result = match self.reset_step(key, work).await {
+            Ok(ResetFlow::Wait(after)) => return Outcome::Retry(after),
+            Ok(ResetFlow::Apply { annotate }) => self
+                .apply(key, work, annotate)
+                .await
+                .map(|applied| (applied, annotate)),
+            Err(e) => Err(e),
+        };
         match result {
-            Ok((id, resource)) => {
+            Ok(((id, resource), annotate)) => {
+                if let Some(generation) = annotate.and_then(|a| a.recreated()) {
+                    self.metrics.applies.with_label_values(&["reset"]).inc();
+                    tracing::info!(object = %id, generation, "re-created: in-place reset done");
+                    if let Some(slot) = self.lock().get_mut(key) {
+                        slot.reset.done(generation);
+                    }
+                }
                 self.watches.ensure(&resource);
                 self.metrics.applies.with_label_values(&["applied"]).inc();
                 tracing::debug!(object = %id, "applied");
@@ -380,37 +440,143 @@ impl Applier {
         }
     }
 
-    /// Server-side apply of the work's manifest; returns the object and its resource.
-    async fn apply(
+    /// The in-place reset of the work, if one is asked and not done: one step of it (delete,
+    /// wait until gone, pause), or what the apply must carry (the completed generation, or the
+    /// one it re-creates the object for).
+    async fn reset_step(&self, key: &WorkKey, work: &Work) -> Result<ResetFlow, ApplyError> {
+        let Some(request) = work.reset.as_ref() else {
+            return Ok(ResetFlow::Apply { annotate: None });
+        };
+        let mut state = self
+            .lock()
+            .get(key)
+            .map(|s| s.reset.clone())
+            .unwrap_or_default();
+        if !reset::needs_live(Some(request), &state) {
+            return Ok(ResetFlow::Apply {
+                annotate: state.annotation().map(Annotate::Completed),
+            });
+        }
+        if fenceable(work) && self.fence.is_fenced() {
+            // Fenced: the workload stays suspended; the reset waits for the fence to lift.
+            return Ok(ResetFlow::Apply {
+                annotate: state.annotation().map(Annotate::Completed),
+            });
+        }
+        let (target, api) = self.target(key, work).await?;
+        let object = api
+            .get_opt(&target.id.name)
+            .await
+            .map_err(|e| ApplyError::kube(format!("reading {} for its reset", target.id), e))?;
+        let live = match &object {
+            None => Live::Absent,
+            Some(o) => Live::Present {
+                deleting: o.metadata.deletion_timestamp.is_some(),
+                completed: reset::completed_generation(o.metadata.annotations.as_ref())
+                    .unwrap_or_else(|e| {
+                        tracing::warn!(object = %target.id, error = %e, "the reset annotation is not a generation: taken as never reset");
+                        None
+                    }),
+            },
+        };
+        let next = reset::step(request, &mut state, &live, std::time::Instant::now());
+        if let Some(slot) = self.lock().get_mut(key) {
+            slot.reset = state;
+        }
+        Ok(match next {
+            Step::Apply { annotate } => ResetFlow::Apply {
+                annotate: annotate.map(Annotate::Completed),
+            },
+            Step::Delete => {
+                tracing::info!(object = %target.id, generation = request.generation, pause_seconds = request.pause_seconds, "in-place reset: deleting the object");
+                self.delete_owned_with(&target.id, key, PropagationPolicy::Foreground)
+                    .await
+                    .map_err(|e| {
+                        ApplyError::kube(format!("deleting {} for its reset", target.id), e)
+                    })?;
+                ResetFlow::Wait(reset::GONE_POLL)
+            }
+            Step::WaitGone => {
+                tracing::debug!(object = %target.id, "in-place reset: waiting until the object is gone");
+                ResetFlow::Wait(reset::GONE_POLL)
+            }
+            Step::Pause(left) => {
+                tracing::info!(object = %target.id, left = ?left, "in-place reset: the object is gone; pausing");
+                ResetFlow::Wait(left)
+            }
+            Step::Recreate { generation } => ResetFlow::Apply {
+                annotate: Some(Annotate::Recreate(generation)),
+            },
+        })
+    }
+
+    /// What the work's manifest names, resolved, and the API to reach it.
+    async fn target(
         &self,
         key: &WorkKey,
         work: &Work,
-    ) -> Result<(ObjectId, ApiResource), ApplyError> {
-        let Prepared {
-            api_version,
-            kind,
-            namespace,
-            name,
-            mut body,
-        } = prepare(work)?;
+    ) -> Result<(Target, Api<DynamicObject>), ApplyError> {
+        let prepared = prepare(work)?;
         let (resource, caps) = self
             .catalog
-            .resolve(&api_version, &kind)
+            .resolve(&prepared.api_version, &prepared.kind)
             .await
             .map_err(|e| ApplyError::kube("discovery", e))?
             .ok_or_else(|| ApplyError::UnknownKind {
-                api_version: api_version.clone(),
-                kind: kind.clone(),
+                api_version: prepared.api_version.clone(),
+                kind: prepared.kind.clone(),
             })?;
         let is_namespaced = namespaced(&caps);
         let id = ObjectId {
             group: resource.group.clone(),
             kind: resource.kind.clone(),
-            namespace: is_namespaced.then(|| namespace.clone()),
-            name: name.clone(),
+            namespace: is_namespaced.then(|| prepared.namespace.clone()),
+            name: prepared.name.clone(),
         };
         if let Some(slot) = self.lock().get_mut(key) {
             slot.intended = Some(id.clone());
+        }
+        let api: Api<DynamicObject> = if is_namespaced {
+            Api::namespaced_with(self.client.clone(), &prepared.namespace, &resource)
+        } else {
+            Api::all_with(self.client.clone(), &resource)
+        };
+        Ok((
+            Target {
+                prepared,
+                resource,
+                is_namespaced,
+                id,
+            },
+            api,
+        ))
+    }
+
+    /// Server-side apply of the work's manifest (with the reset annotation `annotate` asks
+    /// for); returns the object and its resource.
+    async fn apply(
+        &self,
+        key: &WorkKey,
+        work: &Work,
+        annotate: Option<Annotate>,
+    ) -> Result<(ObjectId, ApiResource), ApplyError> {
+        let (
+            Target {
+                prepared:
+                    Prepared {
+                        namespace,
+                        name,
+                        mut body,
+                        ..
+                    },
+                resource,
+                is_namespaced,
+                id,
+            },
+            api,
+        ) = self.target(key, work).await?;
+        if let Some(annotate) = annotate {
+            reset::annotate(&mut body, annotate.generation());
         }
         if fenceable(work) && self.fence.is_fenced() {
             match fencing::suspend(&mut body) {
@@ -429,7 +595,7 @@ impl Applier {
         let meta = body
             .get_mut("metadata")
             .and_then(serde_json::Value::as_object_mut);
-        let api: Api<DynamicObject> = if is_namespaced {
+        if is_namespaced {
             self.namespaces
                 .ensure(&namespace)
                 .await
@@ -437,13 +603,9 @@ impl Applier {
             if let Some(meta) = meta {
                 meta.insert("namespace".into(), namespace.clone().into());
             }
-            Api::namespaced_with(self.client.clone(), &namespace, &resource)
-        } else {
-            if let Some(meta) = meta {
-                meta.remove("namespace");
-            }
-            Api::all_with(self.client.clone(), &resource)
-        };
+        } else if let Some(meta) = meta {
+            meta.remove("namespace");
+        }
         let params = PatchParams::apply(FIELD_MANAGER).force();
         match api.patch(&name, &params, &Patch::Apply(&body)).await {
             Ok(_) => Ok((id, resource)),
@@ -499,6 +661,18 @@ impl Applier {
     /// Deletes `id` if it exists and its binding labels name `key`; returns whether a deletion
     /// was asked for.
     async fn delete_owned(&self, id: &ObjectId, key: &WorkKey) -> Result<bool, kube::Error> {
+        self.delete_owned_with(id, key, PropagationPolicy::Background)
+            .await
+    }
+
+    /// [`Applier::delete_owned`] with this propagation (a reset deletes in the foreground:
+    /// the object goes after its dependents, so the re-created one never meets them).
+    async fn delete_owned_with(
+        &self,
+        id: &ObjectId,
+        key: &WorkKey,
+        propagation: PropagationPolicy,
+    ) -> Result<bool, kube::Error> {
         let snapshot = self.catalog.snapshot().await?;
         let Some((resource, _)) = snapshot.resolve_group_kind(&id.group, &id.kind) else {
             // The kind is gone, and its objects with it.
@@ -520,7 +694,7 @@ impl Applier {
             return Ok(true);
         }
         let params = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
+            propagation_policy: Some(propagation),
             preconditions: Some(Preconditions {
                 uid: object.metadata.uid.clone(),
                 resource_version: None,

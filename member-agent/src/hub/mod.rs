@@ -27,6 +27,7 @@ pub mod namespaces;
 pub mod ndjson;
 pub mod observe;
 pub mod reporter;
+pub mod reset;
 pub mod session;
 pub mod status;
 pub mod work;

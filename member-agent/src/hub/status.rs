@@ -14,6 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use lifeboat_api::protocol::{StatusReport, WorkKey, WorkStatus};
 use serde_json::{Map, Value};
 
+use super::reset;
 use super::work::ObjectId;
 
 /// How long a full report waits for the works of a snapshot to be applied first.
@@ -279,9 +280,11 @@ impl StatusBook {
                 revision: entry.revision,
                 applied: entry.applied,
                 applied_message: entry.applied_message.clone(),
+                // The generation the reported object was re-created for: the report says so
+                // of the very object it carries (a stale one says its own).
+                reset_generation: observed.as_ref().and_then(reset::reported_generation),
                 observed,
                 observed_at: observed_at.clone(),
-                reset_generation: None,
                 fenced: false,
             });
         }
@@ -505,6 +508,31 @@ mod tests {
         book.observe(id("a"), seen("a", 3));
         assert_eq!(book.take(103, 500), None);
         assert!(book.is_empty());
+    }
+
+    #[test]
+    fn the_reset_generation_is_the_reported_objects() {
+        let annotated = |generation: &str| {
+            Some((
+                key("a"),
+                json!({"metadata": {"annotations": {
+                    lifeboat_api::binding::ANNOTATION_RESET_GENERATION: generation}}}),
+            ))
+        };
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "u", 1);
+        book.observe(id("a"), seen("a", 1));
+        book.applied(&key("a"), 1, Ok(id("a")));
+        let item = book.take(100, 500).expect("batch").report.items[0].clone();
+        assert_eq!(item.reset_generation, None, "never reset");
+        // Re-created for generation 2: reported with the new object.
+        book.observe(id("a"), annotated("2"));
+        let item = book.take(101, 500).expect("batch").report.items[0].clone();
+        assert_eq!(item.reset_generation, Some(2));
+        // Gone (mid-reset): no object, no generation.
+        book.observe(id("a"), None);
+        let item = book.take(102, 500).expect("batch").report.items[0].clone();
+        assert_eq!((item.observed, item.reset_generation), (None, None));
     }
 
     #[test]

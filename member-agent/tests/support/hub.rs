@@ -1,14 +1,16 @@
 //! The real hub in this process, and agents in hub mode that register with it: what the
 //! placement suites share.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent;
+use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::wait;
@@ -178,4 +180,62 @@ pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
     Ok(format!("sqlite://{}", path.display()))
+}
+
+/// The binding of template `name` (in the namespace of `bindings`) on the hub.
+pub async fn binding_of(
+    bindings: &Api<ResourceBinding>,
+    name: &str,
+) -> Result<ResourceBinding, String> {
+    bindings
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|b| b.spec.resource.name == name)
+        .ok_or_else(|| format!("no binding of {name} yet"))
+}
+
+/// The clusters a binding is placed on.
+pub fn placement(b: &ResourceBinding) -> Vec<String> {
+    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
+}
+
+/// The objects of `resource` in the test's namespace of a member.
+pub async fn member_api(
+    ctx: &TestContext,
+    member: &str,
+    resource: &ApiResource,
+) -> Result<Api<DynamicObject>, TestError> {
+    Ok(Api::namespaced_with(
+        ctx.client(member).await?,
+        &ctx.namespace,
+        resource,
+    ))
+}
+
+/// The setup of the two-member hub suites, once the hub runs: its CA and the bootstrap token, an
+/// agent per member (the first in region us-east-1, the second in eu-west-1), both Clusters
+/// Ready, and the test's namespace on the hub and both members. Returns the agents by member.
+pub async fn two_agents(
+    ctx: &TestContext,
+    hub: &kube::Client,
+    hub_url: &str,
+    dir: &std::path::Path,
+    [first, second]: [&String; 2],
+) -> Result<BTreeMap<String, agent::SpawnedAgent>, TestError> {
+    bootstrap(hub, dir).await?;
+    let mut agents = BTreeMap::new();
+    for (member, region) in [(first, "us-east-1"), (second, "eu-west-1")] {
+        agents.insert(
+            member.clone(),
+            start_agent(ctx, member, hub_url, dir, region).await?,
+        );
+    }
+    until_clusters_ready(hub, [first, second]).await?;
+    for cluster in ["hub", first.as_str(), second.as_str()] {
+        ctx.namespace(cluster).await?;
+    }
+    Ok(agents)
 }

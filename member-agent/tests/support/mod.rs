@@ -336,3 +336,30 @@ pub async fn label_nodes(
     }
     Ok(())
 }
+
+/// `GET /metrics` of an agent or hub, as text.
+pub async fn metrics_text(addr: SocketAddr) -> Result<String, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: lifeboat\r\n\r\n")
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    stream
+        .read_to_string(&mut text)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(text)
+}
+
+/// The value of one series in a `/metrics` text: `name` with its labels as printed
+/// (`lifeboat_hub_in_place_resets_total{reason="failure"}`).
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -1,0 +1,473 @@
+//! In-place resets on the local fleet (hub + 2 members), with the real hub and one agent per
+//! member in hub mode, in this process (as in the failover suite). Scenario 11 of issue 9:
+//!
+//! 1. A PyTorchJob under a policy with `failover.application {decisionConditions:
+//!    {tolerationSeconds: 0}, inPlaceReset: {limit: 2, pauseSeconds: 1}}` fails in its member
+//!    (there is no training operator on the fleet: the test writes the `Failed` condition
+//!    through the status subresource, as the operator would). It is reset in place: the agent
+//!    deletes it and creates it again (a new UID in the same member, annotated with the reset
+//!    generation), the binding records the reset, the ledger, an Event and the hub's counter
+//!    show it. Twice; the third failure moves it to the other member, with an eviction record.
+//! 2. A manual reset of the moved, healthy PyTorchJob through `lifeboatctl reset`'s code path
+//!    (`lifeboat_hub::manual_reset::request`) re-creates it once in its member and does not move
+//!    it.
+//!
+//! One test: the suite shares one hub cluster, and one hub binds it.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use lifeboat_api::binding::{ANNOTATION_RESET_GENERATION, ResourceBinding, ResourceHealth};
+use lifeboat_api::health::FailureClass;
+use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
+use lifeboat_e2e::wait;
+use lifeboat_hub::ledger::{EventKind, Ledger};
+use lifeboat_hub::manual_reset::{self, ManualResetError};
+use serde_json::{Value, json};
+use support::hub::{binding_of, member_api, placement, start_hub_with, tempfile_dir, two_agents};
+use support::{T, metric, metrics_text};
+
+const JOB: &str = "train";
+const BINDING: &str = "train-pytorchjob";
+
+fn main() -> ExitCode {
+    harness::run(
+        "reset",
+        |c| {
+            c.members = 2;
+            c.nodes_per_member = 2;
+        },
+        vec![E2eTest::new(
+            "a_failing_pytorchjob_is_reset_in_place_twice_then_moved_and_a_manual_reset_recreates_it_once",
+            reset,
+        )],
+    )
+}
+
+fn pytorchjob_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob"))
+}
+
+/// The kubeflow PyTorchJob CRD (any content, with the status subresource the operator writes
+/// through), as the training operator installs it; waits until it is served.
+async fn install_pytorchjob_crd(client: &kube::Client) -> TestResult {
+    let crd = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "pytorchjobs.kubeflow.org"},
+        "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob",
+                      "listKind": "PyTorchJobList"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))?;
+    lifeboat_runtime::crd::ensure(client, &crd, "e2e", T).await?;
+    Ok(())
+}
+
+/// A PyTorchJob with one master and one worker (no operator runs it: no pods).
+fn pytorchjob(namespace: &str) -> Value {
+    let role = json!({"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {
+        "containers": [{"name": "pytorch", "image": "busybox", "command": ["sh", "-c", "sleep 3600"],
+                        "resources": {"requests": {"cpu": "100m"}}}]}}});
+    json!({
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": JOB, "namespace": namespace},
+        "spec": {"pytorchReplicaSpecs": {"Master": role, "Worker": role}}
+    })
+}
+
+/// The job in a member: its UID and reset annotation, if it exists.
+async fn job_in(api: &Api<DynamicObject>) -> Result<Option<(String, Option<String>)>, String> {
+    Ok(api.get_opt(JOB).await.map_err(|e| e.to_string())?.map(|o| {
+        let generation = o
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANNOTATION_RESET_GENERATION))
+            .cloned();
+        (o.metadata.uid.unwrap_or_default(), generation)
+    }))
+}
+
+/// Waits for the job in a member with a UID other than `old` (if given); returns its UID.
+async fn new_copy(
+    api: &Api<DynamicObject>,
+    what: &str,
+    old: Option<&str>,
+    generation: Option<&str>,
+) -> Result<String, TestError> {
+    Ok(wait::until(what, T, || async {
+        match job_in(api).await? {
+            Some((uid, g)) if Some(uid.as_str()) != old && g.as_deref() == generation => Ok(uid),
+            other => Err(format!("job (uid, reset generation) {other:?}")),
+        }
+    })
+    .await?)
+}
+
+/// Writes the job's conditions through the status subresource, as the training operator does;
+/// only on the copy with this UID.
+async fn set_conditions(api: &Api<DynamicObject>, uid: &str, conditions: Value) -> TestResult {
+    let current = api.get(JOB).await?;
+    if current.metadata.uid.as_deref() != Some(uid) {
+        return Err(format!(
+            "the job is {:?}, not the copy {uid} the test meant",
+            current.metadata.uid
+        )
+        .into());
+    }
+    api.patch_status(
+        JOB,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"conditions": conditions}})),
+    )
+    .await?;
+    Ok(())
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    json!({"type": type_, "status": status, "reason": reason, "message": message,
+           "lastUpdateTime": now, "lastTransitionTime": now})
+}
+
+/// The conditions of a failed job: its worker's pod was lost with its node (the message the
+/// training operator writes, with the node named).
+fn failed(namespace: &str) -> Value {
+    let message = format!(
+        "PyTorchJob {namespace}/{JOB} is failed because 1 Worker replica(s) failed: pod {JOB}-worker-0 was lost with its node (NodeNotReady)."
+    );
+    json!([
+        condition("Created", "True", "PyTorchJobCreated", "created"),
+        condition("Running", "False", "PyTorchJobRunning", "not running"),
+        condition("Failed", "True", "PyTorchJobFailed", &message),
+    ])
+}
+
+/// The conditions of a running job.
+fn running() -> Value {
+    json!([
+        condition("Created", "True", "PyTorchJobCreated", "created"),
+        condition("Running", "True", "PyTorchJobRunning", "running"),
+    ])
+}
+
+/// The binding's reset record of `cluster`: (generation, count, manual request).
+fn record(b: &ResourceBinding, cluster: &str) -> Option<(i64, i32, Option<String>)> {
+    b.spec
+        .in_place_resets
+        .iter()
+        .find(|r| r.cluster_name == cluster)
+        .map(|r| (r.generation, r.count, r.manual_request.clone()))
+}
+
+/// The reset generation the hub knows `cluster`'s copy was re-created for.
+fn reported(b: &ResourceBinding, cluster: &str) -> Option<i64> {
+    b.cluster_status(cluster).and_then(|i| i.reset_generation)
+}
+
+async fn hub_counter(metrics: SocketAddr, reason: &str) -> Result<f64, String> {
+    let text = metrics_text(metrics).await?;
+    Ok(metric(
+        &text,
+        &format!("lifeboat_hub_in_place_resets_total{{reason=\"{reason}\"}}"),
+    )
+    .unwrap_or(0.0))
+}
+
+async fn reset(ctx: Arc<TestContext>) -> TestResult {
+    let dir = tempfile_dir(&ctx.namespace)?;
+    let hub = ctx.client("hub").await?;
+    let members = ctx.fleet.member_names();
+    let [first, second] = members.as_slice() else {
+        return Err("the fleet needs two members".into());
+    };
+    for cluster in ["hub", first.as_str(), second.as_str()] {
+        install_pytorchjob_crd(&ctx.client(cluster).await?).await?;
+    }
+    let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
+    let hub_url = start_hub_with(&ctx, |o| o.metrics_bind = Some(metrics)).await?;
+    let _agents = two_agents(&ctx, &hub, &hub_url, &dir, [first, second]).await?;
+    let ns = ctx.namespace.clone();
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &hub,
+        &ns,
+        "reset",
+        json!({
+            "resourceSelectors": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}],
+            "failover": {"application": {
+                "decisionConditions": {"tolerationSeconds": 0},
+                "inPlaceReset": {"limit": 2, "pauseSeconds": 1},
+                "purgeMode": "Gracefully",
+                "gracePeriodSeconds": 600
+            }}
+        }),
+    )
+    .await?;
+    let jobs: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &pytorchjob_resource());
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(pytorchjob(&ns))?,
+    )
+    .await?;
+    let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
+    let placed = wait::until("the job placed", T, || async {
+        let b = binding_of(&bindings, JOB).await?;
+        match placement(&b).as_slice() {
+            [one] => Ok(one.clone()),
+            other => Err(format!("clusters {other:?}")),
+        }
+    })
+    .await?;
+    let other = if &placed == first { second } else { first };
+    let here = member_api(&ctx, &placed, &pytorchjob_resource()).await?;
+    let there = member_api(&ctx, other, &pytorchjob_resource()).await?;
+    let mut uid = new_copy(&here, "the job in its member", None, None).await?;
+
+    // 1. Two failures: two resets in place.
+    for generation in 1..=2_i64 {
+        set_conditions(&here, &uid, failed(&ns)).await?;
+        let previous = uid.clone();
+        uid = new_copy(
+            &here,
+            &format!("reset {generation}: a new copy in {placed}"),
+            Some(&previous),
+            Some(&generation.to_string()),
+        )
+        .await?;
+        let b = wait::until(
+            &format!("reset {generation} recorded and reported done"),
+            T,
+            || async {
+                let b = binding_of(&bindings, JOB).await?;
+                let state = (record(&b, &placed), reported(&b, &placed));
+                if state
+                    == (
+                        Some((generation, generation as i32, None)),
+                        Some(generation),
+                    )
+                {
+                    Ok(b)
+                } else {
+                    Err(format!("(record, reported generation) {state:?}"))
+                }
+            },
+        )
+        .await?;
+        if placement(&b) != [placed.clone()] || !b.spec.eviction_history.is_empty() {
+            return Err(format!(
+                "reset {generation}: clusters {:?}, evictions {:?}",
+                placement(&b),
+                b.spec.eviction_history
+            )
+            .into());
+        }
+        if job_in(&there).await?.is_some() {
+            return Err(format!("reset {generation}: a copy appeared in {other}").into());
+        }
+        tracing::info!(generation, %uid, "reset in place");
+    }
+    let failure_resets = hub_counter(metrics, "failure").await?;
+    if failure_resets != 2.0 {
+        return Err(format!(
+            "lifeboat_hub_in_place_resets_total{{reason=failure}} = {failure_resets}"
+        )
+        .into());
+    }
+
+    // The third failure: the limit is used up, it moves.
+    set_conditions(&here, &uid, failed(&ns)).await?;
+    let moved = wait::until("the job moved to the other member", T, || async {
+        let b = binding_of(&bindings, JOB).await?;
+        if placement(&b) == [other.clone()] {
+            Ok(b)
+        } else {
+            Err(format!("clusters {:?}", placement(&b)))
+        }
+    })
+    .await?;
+    let eviction = moved
+        .spec
+        .eviction_history
+        .iter()
+        .find(|r| r.cluster_name == placed)
+        .ok_or("no eviction record for the first member")?;
+    // The built-in PyTorchJob interpreter gives class Unknown for Failed: a class that moves.
+    if eviction.reason != "ApplicationFailure"
+        || eviction
+            .failure_class
+            .is_none_or(|c| c == FailureClass::Application)
+        || moved.spec.eviction_history.len() != 1
+        || !moved.spec.in_place_resets.is_empty()
+    {
+        return Err(format!(
+            "after the move: history {:?}, resets {:?}",
+            moved.spec.eviction_history, moved.spec.in_place_resets
+        )
+        .into());
+    }
+    let moved_uid = new_copy(&there, "the job in the other member", None, None).await?;
+
+    // The ledger and the Events show both resets.
+    let ledger = Ledger::connect(&format!("sqlite://{}", dir.join("ledger.db").display())).await?;
+    wait::until("the ledger records both resets", T, || async {
+        let history = ledger
+            .history_of_binding(&ns, BINDING, 500)
+            .await
+            .map_err(|e| e.to_string())?;
+        let resets: Vec<(i64, String)> = history
+            .iter()
+            .filter(|r| {
+                r.event.kind == EventKind::Decision
+                    && r.event.to.as_deref() == Some("InPlaceReset")
+                    && r.event.cluster.as_deref() == Some(placed.as_str())
+            })
+            .map(|r| {
+                (
+                    r.event.details["generation"].as_i64().unwrap_or(0),
+                    r.event.reason.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        let asked = history
+            .iter()
+            .filter(|r| {
+                r.event.kind == EventKind::Dispatch
+                    && r.event.reason.as_deref() == Some("ResetRequested")
+            })
+            .count();
+        if resets == [(1, "Failure".to_string()), (2, "Failure".to_string())] && asked == 2 {
+            Ok(())
+        } else {
+            Err(format!(
+                "reset decisions {resets:?}, reset dispatches {asked}"
+            ))
+        }
+    })
+    .await?;
+    let events: Api<Event> = Api::namespaced(hub.clone(), &ns);
+    let reset_events = |events: Vec<Event>| -> Vec<String> {
+        events
+            .into_iter()
+            .filter(|e| {
+                e.reason.as_deref() == Some("InPlaceReset")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(BINDING)
+            })
+            .map(|e| e.note.unwrap_or_default())
+            .collect()
+    };
+    wait::until("an InPlaceReset Event per reset", T, || async {
+        let notes = reset_events(
+            events
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| e.to_string())?
+                .items,
+        );
+        let failures = notes
+            .iter()
+            .filter(|n| n.contains(placed.as_str()) && n.contains("of 2"))
+            .count();
+        if failures == 2 {
+            Ok(())
+        } else {
+            Err(format!("notes {notes:?}"))
+        }
+    })
+    .await?;
+
+    // 2. A manual reset of the healthy copy: re-created once, not moved.
+    set_conditions(&there, &moved_uid, running()).await?;
+    wait::until(
+        "the moved job Healthy and the old copy's task done",
+        T,
+        || async {
+            let b = binding_of(&bindings, JOB).await?;
+            let health = b.cluster_status(other).map(|i| i.health);
+            if health == Some(ResourceHealth::Healthy) && b.spec.graceful_eviction_tasks.is_empty()
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "health {health:?}, tasks {:?}",
+                    b.spec.graceful_eviction_tasks
+                ))
+            }
+        },
+    )
+    .await?;
+    wait::until("the old copy withdrawn", T, || async {
+        match job_in(&here).await? {
+            None => Ok(()),
+            Some(copy) => Err(format!("still there: {copy:?}")),
+        }
+    })
+    .await?;
+    match manual_reset::request(&hub, &ns, BINDING, Some(placed.as_str())).await {
+        Err(ManualResetError::NotPlacedThere { choices, .. }) if choices == [other.clone()] => {}
+        other => return Err(format!("a reset asked where it is not placed: {other:?}").into()),
+    }
+    let asked = manual_reset::request(&hub, &ns, BINDING, None).await?;
+    if &asked.cluster != other {
+        return Err(format!("the manual reset chose {}", asked.cluster).into());
+    }
+    let reset_uid = new_copy(
+        &there,
+        "the manual reset's new copy",
+        Some(&moved_uid),
+        Some("1"),
+    )
+    .await?;
+    let b = wait::until("the manual reset recorded and reported done", T, || async {
+        let b = binding_of(&bindings, JOB).await?;
+        let state = (record(&b, other), reported(&b, other));
+        if state == (Some((1, 0, Some(asked.value.clone()))), Some(1)) {
+            Ok(b)
+        } else {
+            Err(format!("(record, reported generation) {state:?}"))
+        }
+    })
+    .await?;
+    if placement(&b) != [other.clone()] || b.spec.eviction_history.len() != 1 {
+        return Err(format!(
+            "after the manual reset: clusters {:?}, history {:?}",
+            placement(&b),
+            b.spec.eviction_history
+        )
+        .into());
+    }
+    wait::until("the manual reset counted", T, || async {
+        match hub_counter(metrics, "manual").await? {
+            1.0 => Ok(()),
+            n => Err(format!(
+                "lifeboat_hub_in_place_resets_total{{reason=manual}} = {n}"
+            )),
+        }
+    })
+    .await?;
+    // Served once: the hub's record of the request stays, and nothing re-creates the copy again
+    // (the request is served, and the report says the reset is done).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let b = binding_of(&bindings, JOB).await?;
+    let now = job_in(&there).await?;
+    if record(&b, other).map(|r| r.0) != Some(1)
+        || now.as_ref().map(|(u, _)| u.as_str()) != Some(reset_uid.as_str())
+        || job_in(&here).await?.is_some()
+    {
+        return Err(format!(
+            "after the manual reset: record {:?}, job {now:?}",
+            record(&b, other)
+        )
+        .into());
+    }
+    Ok(())
+}
