@@ -1163,6 +1163,7 @@ fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::placement::SchedulerPlacer;
     use serde_json::json;
 
     fn cluster(name: &str) -> Arc<Cluster> {
@@ -1408,6 +1409,81 @@ mod tests {
         assert!(wait > Duration::from_millis(900) && wait <= Duration::from_secs(1));
         let later = plan_at(&b, &clusters, 61, &limiter, start + Duration::from_secs(1));
         assert_eq!(names(&later.spec), ["b"]);
+    }
+
+    /// A member whose GPU nodes are all of one capacity type, as its agent reports them.
+    fn gpu_member(name: &str, capacity_type: &str) -> Arc<Cluster> {
+        let mut c = (*member(name, None)).clone();
+        if let Some(status) = c.status.as_mut() {
+            status.node_groups = serde_json::from_value(json!([{"count": 2,
+                "free": {"nvidia.com/gpu": "8", "cpu": "96", "memory": "1Ti", "pods": "110"},
+                "capacityType": capacity_type}]))
+            .unwrap();
+            status.api_enablements = serde_json::from_value(json!([{
+                "groupVersion": "workload.codeflare.dev/v1beta2",
+                "resources": [{"name": "appwrappers", "kind": "AppWrapper"}]}]))
+            .unwrap();
+        }
+        Arc::new(c)
+    }
+
+    #[test]
+    fn a_spot_appwrapper_whose_member_lost_its_spot_nodes_moves_with_the_real_scheduler() {
+        // Every spot node of `a` has a reclamation notice (its agent reports on-demand capacity
+        // only); the agent resets the AppWrapper (SpotReclamation). It cannot run in `a` any
+        // more, so the hub moves it to `b` at once.
+        let b: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "train-appwrapper", "namespace": "ml", "generation": 1},
+            "spec": {
+                "resource": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"},
+                "replicas": 1, "gang": true,
+                "replicaRequirements": {
+                    "resourceRequest": {"nvidia.com/gpu": "8"},
+                    "nodeClaim": {"nodeSelector": {"karpenter.sh/capacity-type": "spot"}}},
+                "clusters": [{"name": "a", "replicas": 1}],
+                "failover": {"application": {"decisionConditions": {"tolerationSeconds": 0}}}
+            },
+            "status": {"schedulerObservedGeneration": 1, "aggregatedStatus": [{
+                "clusterName": "a", "applied": true, "health": "Unhealthy",
+                "failureClass": "Infrastructure", "unhealthySince": at(10).0.to_string(),
+                "healthReason": "SpotReclamation: pod train-0 runs on node a-1, which has a spot reclamation notice",
+                "status": {"phase": "Resetting"}}]}
+        }))
+        .unwrap();
+        let placer = SchedulerPlacer::new(&lifeboat_scheduler::SchedulerConfig::default());
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        let now = at(11);
+        let clusters = [gpu_member("a", "on-demand"), gpu_member("b", "spot")];
+        let planned = plan(
+            Some(&b),
+            b.clone(),
+            &PlanInputs {
+                clusters: &clusters,
+                placer: &placer,
+                cluster_evictions: &limiter,
+                now: &now,
+                instant: Instant::now(),
+                scheduling_seconds: None,
+            },
+        );
+        assert_eq!(names(&planned.spec), ["b"], "{:?}", planned.blocked);
+        assert_eq!(planned.evicted.len(), 1);
+        // While `a` still has room for it, the member's own reset is left to work.
+        let roomy = [gpu_member("a", "spot"), gpu_member("b", "spot")];
+        let kept = plan(
+            Some(&b),
+            b.clone(),
+            &PlanInputs {
+                clusters: &roomy,
+                placer: &placer,
+                cluster_evictions: &limiter,
+                now: &now,
+                instant: Instant::now(),
+                scheduling_seconds: None,
+            },
+        );
+        assert_eq!(names(&kept.spec), ["a"]);
     }
 
     #[test]
