@@ -239,12 +239,17 @@ pub struct ClusterView {
 }
 
 impl ClusterView {
-    pub fn apply_node(&mut self, facts: NodeFacts) {
+    /// Returns whether the node's facts changed (a heartbeat status update of a node changes
+    /// nothing here).
+    pub fn apply_node(&mut self, facts: NodeFacts) -> bool {
+        let changed = self.nodes.get(&facts.name) != Some(&facts);
         self.nodes.insert(facts.name.clone(), facts);
+        changed
     }
 
-    pub fn delete_node(&mut self, name: &str) {
-        self.nodes.remove(name);
+    /// Returns whether the node was known.
+    pub fn delete_node(&mut self, name: &str) -> bool {
+        self.nodes.remove(name).is_some()
     }
 
     pub fn reset_nodes(&mut self, nodes: impl IntoIterator<Item = NodeFacts>) {
@@ -441,6 +446,27 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn only_a_change_of_a_nodes_facts_counts_as_a_node_change() {
+        let mut view = ClusterView::default();
+        assert!(
+            view.apply_node(node("a", "spot", 8, json!({}))),
+            "a new node"
+        );
+        // The same facts again (a node status heartbeat): nothing to tell the hub early.
+        assert!(!view.apply_node(node("a", "spot", 8, json!({}))));
+        let noticed = node(
+            "a",
+            "spot",
+            8,
+            json!({"spec": {"taints": [{"key": RECLAIM, "effect": "NoSchedule"}]}}),
+        );
+        assert!(noticed.spot_reclaiming);
+        assert!(view.apply_node(noticed), "a reclamation notice");
+        assert!(view.delete_node("a"));
+        assert!(!view.delete_node("a"), "already gone");
     }
 
     #[test]

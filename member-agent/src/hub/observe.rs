@@ -25,6 +25,10 @@ pub struct ClusterState {
     view: Mutex<ClusterView>,
     nodes_synced: AtomicBool,
     pods_synced: AtomicBool,
+    /// A node's facts changed (a node went NotReady, got a reclamation notice, was flagged by
+    /// Autopilot, came or went): the hub should hear of it before the next heartbeat is due,
+    /// since whether a workload still fits in this cluster decides whether it moves.
+    pub nodes_changed: tokio::sync::Notify,
 }
 
 impl ClusterState {
@@ -63,16 +67,21 @@ pub async fn watch_nodes(
                 continue;
             }
         };
-        match feeder.feed(event) {
+        let changed = match feeder.feed(event) {
             Some(Change::Reset(nodes)) => {
                 state.with(|v| v.reset_nodes(nodes.iter().map(facts)));
                 state.nodes_synced.store(true, Ordering::Release);
+                false
             }
             Some(Change::Apply(node)) => state.with(|v| v.apply_node(facts(&node))),
             Some(Change::Delete(node)) => {
-                state.with(|v| v.delete_node(node.metadata.name.as_deref().unwrap_or_default()))
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                state.with(|v| v.delete_node(name))
             }
-            None => {}
+            None => false,
+        };
+        if changed {
+            state.nodes_changed.notify_one();
         }
     }
 }

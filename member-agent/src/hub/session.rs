@@ -180,6 +180,9 @@ fn fence_lifted(cluster: &str, applier: &Applier, metrics: &super::HubMetrics) {
     tracing::info!(%cluster, works, "fence lifted: the hub is reachable and its snapshot is applied");
 }
 
+/// The least time between a heartbeat and one sent early because a node changed.
+const EARLY_HEARTBEAT_SPACING: Duration = Duration::from_secs(1);
+
 /// Whether the inventory goes with this heartbeat: the first one, a change, or the periodic
 /// resend.
 pub fn inventory_due(
@@ -261,7 +264,19 @@ async fn heartbeat(
                 if response.stop {
                     return;
                 }
-                tokio::time::sleep(credential.heartbeat_interval).await;
+                // The next heartbeat at its interval, or sooner (at least a second after this
+                // one) when a node changed: its inventory tells the hub whether the workloads
+                // still fit here, which decides whether a node notice moves them.
+                let next = tokio::time::Instant::now() + credential.heartbeat_interval;
+                tokio::select! {
+                    () = tokio::time::sleep_until(next) => {}
+                    () = cluster_state.nodes_changed.notified() => {
+                        tokio::time::sleep_until(
+                            (tokio::time::Instant::now() + EARLY_HEARTBEAT_SPACING).min(next),
+                        )
+                        .await;
+                    }
+                }
             }
             Err(e) if e.is_unauthorized() => {
                 mode.metrics.connected.set(0);
