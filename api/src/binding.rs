@@ -518,6 +518,11 @@ pub struct AggregatedStatusItem {
     /// The work revision the agent last reported on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_revision: Option<i64>,
+    /// (Lifeboat) When the hub took the agent's report that the copy is gone: the hub had
+    /// withdrawn the work from this cluster (a `Directly` eviction) and the agent deleted the
+    /// object and saw it no longer served, with its pods. Cleared by the next report of a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_at: Option<Time>,
 }
 
 fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

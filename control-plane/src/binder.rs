@@ -160,6 +160,9 @@ pub struct Binder {
     policy_index: RwLock<Arc<Vec<AnyPolicy>>>,
     /// The clusters each binding's work is dispatched to.
     dispatched: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
+    /// The clusters whose old copy of each binding the hub waits to hear is gone (`Directly`
+    /// eviction tasks not purged yet).
+    purging: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
     /// Cluster evictions (a lost or deleted cluster) go through this bucket.
     cluster_evictions: Mutex<EvictionRateLimiter>,
 }
@@ -211,6 +214,7 @@ impl Binder {
             metrics,
             policy_index: RwLock::new(Arc::new(Vec::new())),
             dispatched: Mutex::new(HashMap::new()),
+            purging: Mutex::new(HashMap::new()),
             cluster_evictions: Mutex::new(EvictionRateLimiter::new(DEFAULT_CLUSTER_EVICTION_RATE)),
         }
     }
@@ -300,6 +304,15 @@ impl Binder {
             .unwrap_or_default();
         for cluster in clusters {
             self.work.remove(&cluster, &key);
+        }
+        let purging = self
+            .purging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .unwrap_or_default();
+        for cluster in purging {
+            self.work.settle_purge(&cluster, &key);
         }
         if let Some(template) = template_key_of(binding) {
             self.queue.add(template);
@@ -744,12 +757,36 @@ impl Binder {
             .map_err(|e| BindError::Interpret(e.to_string()))?;
             self.work.upsert(&target.name, work);
         }
+        // A Directly eviction's old copy: withdrawn, and its agent asked to report it gone.
+        let awaited: BTreeSet<String> = dispatch::awaited_purges(&binding.spec)
+            .into_iter()
+            .filter(|c| !wanted.contains(c))
+            .collect();
         let mut dispatched = self.dispatched.lock().unwrap_or_else(|e| e.into_inner());
         let previous = dispatched
             .insert(key.clone(), wanted.clone())
             .unwrap_or_default();
         for cluster in previous.difference(&wanted) {
-            self.work.remove(cluster, &key);
+            if !awaited.contains(cluster) {
+                self.work.remove(cluster, &key);
+            }
+        }
+        drop(dispatched);
+        let uid = binding.metadata.uid.clone().unwrap_or_default();
+        for cluster in &awaited {
+            if self.work.withdraw_for_purge(cluster, &key, &uid).is_some() {
+                tracing::info!(binding = %key, %cluster, "old copy withdrawn: waiting for its agent to report it gone (purgeMode Directly)");
+            }
+        }
+        let mut purging = self.purging.lock().unwrap_or_else(|e| e.into_inner());
+        let before = if awaited.is_empty() {
+            purging.remove(&key)
+        } else {
+            purging.insert(key.clone(), awaited.clone())
+        }
+        .unwrap_or_default();
+        for cluster in before.difference(&awaited) {
+            self.work.settle_purge(cluster, &key);
         }
         Ok(())
     }

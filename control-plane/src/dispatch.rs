@@ -6,11 +6,11 @@
 //! assigned. A Divided workload gets its cluster's share of the replicas through the kind's
 //! ReviseReplica rule.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use lifeboat_api::binding::{
     ANNOTATION_BINDING_UID, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE, ResourceBinding,
-    TargetCluster,
+    ResourceBindingSpec, TargetCluster,
 };
 use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
 use lifeboat_api::protocol::{Work, WorkKey};
@@ -136,6 +136,17 @@ pub fn work_for(
     })
 }
 
+/// The clusters whose old copy the hub waits to hear is gone before it creates the new one:
+/// those of `Directly` eviction tasks not purged yet. Their work is withdrawn and their agent
+/// asked to report the copy gone.
+pub fn awaited_purges(spec: &ResourceBindingSpec) -> BTreeSet<String> {
+    spec.graceful_eviction_tasks
+        .iter()
+        .filter(|t| t.purge_mode == Some(PurgeMode::Directly) && t.purged_at.is_none())
+        .map(|t| t.from_cluster.clone())
+        .collect()
+}
+
 /// The purge mode of the workload's cluster failover, which tells the agent whether to fence
 /// it on a partition: a partition is a cluster failover on the hub's side, and only a `Directly`
 /// cluster failover waits for the fence before it creates the new copy. (The application
@@ -148,7 +159,6 @@ pub fn purge_mode(binding: &ResourceBinding) -> Option<PurgeMode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lifeboat_api::binding::ResourceBindingSpec;
     use serde_json::json;
 
     fn binding(spec: serde_json::Value) -> ResourceBinding {
@@ -231,6 +241,22 @@ mod tests {
         assert_eq!(purge_mode(&application_only), None);
         let err = work_for(&b, &base, &target, |_, _| Ok(None)).unwrap_err();
         assert_eq!(err.metric_label(), "no_revise_rule");
+    }
+
+    #[test]
+    fn only_directly_tasks_not_purged_yet_await_the_old_copy_gone() {
+        let b = binding(json!({
+            "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "clusters": [{"name": "m4"}],
+            "gracefulEvictionTasks": [
+                {"fromCluster": "m1", "purgeMode": "Directly", "reason": "ApplicationFailure", "producer": "hub"},
+                {"fromCluster": "m2", "purgeMode": "Directly", "reason": "ClusterFailure", "producer": "hub",
+                 "purgedAt": "2026-11-23T10:00:00Z"},
+                {"fromCluster": "m3", "purgeMode": "Never", "reason": "ApplicationFailure", "producer": "hub"},
+                {"fromCluster": "m5", "purgeMode": "Gracefully", "reason": "ApplicationFailure", "producer": "hub"}
+            ]
+        }));
+        assert_eq!(awaited_purges(&b.spec), BTreeSet::from(["m1".to_string()]));
     }
 
     #[test]

@@ -629,14 +629,12 @@ pub fn new_placement_healthy(binding: &ResourceBinding) -> bool {
         })
 }
 
-/// The agent reported the old copy absent after the eviction.
+/// The agent reported the old copy gone after the eviction (a gone report, taken only for work
+/// the hub withdrew from that cluster: an `applied: false` report of a copy whose update failed
+/// is not one, its object may still run).
 fn old_copy_gone(binding: &ResourceBinding, cluster: &str, evicted_at: &Time) -> bool {
     binding.cluster_status(cluster).is_some_and(|item| {
-        !item.applied
-            && item
-                .observed_at
-                .as_ref()
-                .is_some_and(|t| t.0 >= evicted_at.0)
+        !item.applied && item.gone_at.as_ref().is_some_and(|t| t.0 >= evicted_at.0)
     })
 }
 

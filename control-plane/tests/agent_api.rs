@@ -970,7 +970,15 @@ fn names(events: &[WorkEvent]) -> Vec<String> {
         .map(|e| match e {
             WorkEvent::Reset { epoch, revision } => format!("reset {epoch}:{revision}"),
             WorkEvent::Upsert { work } => format!("+{}@{}", work.key.name, work.revision),
-            WorkEvent::Delete { key, revision } => format!("-{}@{revision}", key.name),
+            WorkEvent::Delete {
+                key,
+                revision,
+                confirm_gone,
+                ..
+            } => {
+                let confirm = if *confirm_gone { "?" } else { "" };
+                format!("-{}@{revision}{confirm}", key.name)
+            }
             WorkEvent::Synced { epoch, revision } => format!("synced {epoch}:{revision}"),
             WorkEvent::Bookmark => "bookmark".into(),
         })

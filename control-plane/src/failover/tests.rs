@@ -391,7 +391,7 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
     b.status.as_mut().unwrap().aggregated_status = vec![
         serde_json::from_value(json!({
         "clusterName": "a", "applied": false, "health": "Unknown",
-        "observedAt": at(105).0.to_string()}))
+        "observedAt": at(105).0.to_string(), "goneAt": at(105).0.to_string()}))
         .unwrap(),
     ];
     let (changes, _) = settle_at(&b, 120, &clusters, &[]);
@@ -408,10 +408,20 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
     early.status.as_mut().unwrap().aggregated_status = vec![
         serde_json::from_value(json!({
         "clusterName": "a", "applied": false, "health": "Unknown",
-        "observedAt": at(99).0.to_string()}))
+        "observedAt": at(99).0.to_string(), "goneAt": at(99).0.to_string()}))
         .unwrap(),
     ];
     assert!(settle_at(&early, 120, &clusters, &[]).0.is_empty());
+    // nor does a failed apply after it: the object may still run
+    let mut unapplied = with_task("Directly", json!({}));
+    unapplied.status.as_mut().unwrap().aggregated_status = vec![
+        serde_json::from_value(json!({
+        "clusterName": "a", "applied": false, "health": "Unknown",
+        "appliedMessage": "admission webhook denied the update",
+        "observedAt": at(105).0.to_string()}))
+        .unwrap(),
+    ];
+    assert!(settle_at(&unapplied, 120, &clusters, &[]).0.is_empty());
     // a cluster that will be fenced wakes the binding when it is
     let mut lost = clusters.clone();
     lost.get_mut("a").unwrap().fenced_at = Some(at(170));
