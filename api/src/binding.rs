@@ -387,6 +387,14 @@ pub struct EvictionRecord {
     /// carries, until a later eviction preserves newer values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub preserved_label_state: BTreeMap<String, String>,
+    /// The clusters the workload was placed on just before this eviction: their copies ran
+    /// before it, so they do not get the preserved labels (only later copies do).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub clusters_before_failover: Vec<String>,
 }
 
 /// What the agents report, aggregated.

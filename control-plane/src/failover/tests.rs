@@ -1,5 +1,5 @@
 use super::*;
-use lifeboat_api::binding::InPlaceResetRecord;
+use lifeboat_api::binding::{InPlaceResetRecord, TargetCluster};
 use serde_json::{Value, json};
 
 fn at(second: i64) -> Time {
@@ -492,9 +492,35 @@ fn the_newest_preserved_state_follows_every_later_copy() {
     let d = decide_at(&b, 1, &ready(&["a", "b"]));
     apply_evictions(&mut b.spec, &d.evictions, &at(1));
     assert_eq!(
-        preserved_labels(&b.spec),
-        BTreeMap::from([("ckpt".to_string(), "ckpt-42".to_string())])
+        b.spec.eviction_history[0].clusters_before_failover,
+        ["a", "b"]
     );
+    // b ran before the eviction: it keeps its copy as it is
+    assert!(preserved_labels(&b.spec, "b").is_empty());
+    // the copy made after it, in c, carries the checkpoint
+    b.spec.clusters.push(TargetCluster {
+        name: "c".into(),
+        replicas: 0,
+    });
+    let ckpt = BTreeMap::from([("ckpt".to_string(), "ckpt-42".to_string())]);
+    assert_eq!(preserved_labels(&b.spec, "c"), ckpt);
+    // the old copy in a (kept by a Gracefully task) is not placed: untouched
+    assert!(preserved_labels(&b.spec, "a").is_empty());
+    // the task settles: the record stays, and so do c's labels
+    b.spec.graceful_eviction_tasks.clear();
+    assert_eq!(preserved_labels(&b.spec, "c"), ckpt);
+    // a later eviction without preserved state does not take them away
+    b.spec.eviction_history.push(EvictionRecord {
+        cluster_name: "b".into(),
+        reason: "ClusterFailure".into(),
+        failure_class: None,
+        message: None,
+        evicted_at: at(5),
+        expires_at: None,
+        preserved_label_state: BTreeMap::new(),
+        clusters_before_failover: vec!["b".into(), "c".into()],
+    });
+    assert_eq!(preserved_labels(&b.spec, "c"), ckpt);
 }
 
 #[test]
@@ -507,6 +533,7 @@ fn history_keeps_the_newest_and_drops_expired_first() {
         evicted_at: at(i),
         expires_at: expires.map(at),
         preserved_label_state: BTreeMap::new(),
+        clusters_before_failover: Vec::new(),
     };
     let mut history: Vec<EvictionRecord> = (0..MAX_EVICTION_HISTORY as i64)
         .map(|i| record(i, None))
