@@ -438,6 +438,7 @@ impl Binder {
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
         self.dispatch(&binding, &template_json)?;
+        self.prune_confirmations(&binding).await?;
         Ok(match retry {
             Some(after) => Outcome::RetryAfter(after),
             None => Outcome::Done,
@@ -788,6 +789,28 @@ impl Binder {
         for cluster in before.difference(&awaited) {
             self.work.settle_purge(cluster, &key);
         }
+        Ok(())
+    }
+
+    /// Drops from the binding's confirm-purge annotation the clusters that no longer have a
+    /// `Never` eviction task: that purge is done, and the entry must not confirm a later
+    /// eviction from the same cluster in advance. A JSON merge patch with the binding's
+    /// resourceVersion (a concurrent change is a conflict, retried).
+    async fn prune_confirmations(&self, binding: &ResourceBinding) -> Result<(), BindError> {
+        let Some(remaining) = failover_phase::pruned_confirmations(binding) else {
+            return Ok(());
+        };
+        let (namespace, name) = binding.key();
+        let value = (!remaining.is_empty()).then(|| remaining.join(","));
+        tracing::info!(binding = %format!("{namespace}/{name}"), kept = ?value, "confirmations of done purges removed from the annotation");
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": binding.metadata.resource_version,
+            "annotations": {api_binding::ANNOTATION_CONFIRM_PURGE: value},
+        }});
+        let api: Api<ResourceBinding> = Api::namespaced(self.client.clone(), &namespace);
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| BindError::kube("prune confirm-purge annotation", e))?;
         Ok(())
     }
 
