@@ -802,7 +802,6 @@ impl Binder {
         };
         let (namespace, name) = binding.key();
         let value = (!remaining.is_empty()).then(|| remaining.join(","));
-        tracing::info!(binding = %format!("{namespace}/{name}"), kept = ?value, "confirmations of done purges removed from the annotation");
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": binding.metadata.resource_version,
             "annotations": {api_binding::ANNOTATION_CONFIRM_PURGE: value},
@@ -811,6 +810,7 @@ impl Binder {
         api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|e| BindError::kube("prune confirm-purge annotation", e))?;
+        tracing::info!(binding = %format!("{namespace}/{name}"), kept = ?value, "confirmations of done purges removed from the annotation");
         Ok(())
     }
 

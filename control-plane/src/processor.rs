@@ -66,6 +66,33 @@ struct Tracked {
     interpreted: HashMap<String, Interpreted>,
 }
 
+impl Tracked {
+    /// Takes the cluster's new item from `report`: `Some` when it changed, with the health
+    /// transition if any.
+    fn record(
+        &mut self,
+        cluster: &str,
+        report: &WorkStatus,
+        update: status::ItemUpdate,
+        now: &Time,
+    ) -> Option<Option<HealthTransition>> {
+        self.last_report
+            .insert(cluster.to_string(), report.observed_at.clone());
+        let transition = update.health_transition.map(|(from, to)| HealthTransition {
+            key: report.key.clone(),
+            cluster: cluster.to_string(),
+            from,
+            to,
+            class: update.item.failure_class,
+            reason: update.item.health_reason.clone(),
+            at: now.clone(),
+        });
+        let changed = update.changed;
+        self.items.insert(cluster.to_string(), update.item);
+        changed.then_some(transition)
+    }
+}
+
 /// Identifies an observed object under one set of interpreters: equal fingerprints mean the
 /// same object (128 bits of SipHash over the whole JSON value) and the same scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,21 +347,7 @@ impl StatusState {
         if report.gone {
             tracked.interpreted.remove(cluster);
             let update = status::gone_item(tracked.items.get(cluster), cluster, now);
-            tracked
-                .last_report
-                .insert(cluster.to_string(), report.observed_at.clone());
-            let transition = update.health_transition.map(|(from, to)| HealthTransition {
-                key: report.key.clone(),
-                cluster: cluster.to_string(),
-                from,
-                to,
-                class: None,
-                reason: update.item.health_reason.clone(),
-                at: now.clone(),
-            });
-            let changed = update.changed;
-            tracked.items.insert(cluster.to_string(), update.item);
-            return Ok(changed.then_some(transition));
+            return Ok(tracked.record(cluster, report, update, now));
         }
         let (verdict, reflected) = match &report.observed {
             Some(observed) => {
@@ -372,21 +385,7 @@ impl StatusState {
             },
             now,
         );
-        tracked
-            .last_report
-            .insert(cluster.to_string(), report.observed_at.clone());
-        let transition = update.health_transition.map(|(from, to)| HealthTransition {
-            key: report.key.clone(),
-            cluster: cluster.to_string(),
-            from,
-            to,
-            class: update.item.failure_class,
-            reason: update.item.health_reason.clone(),
-            at: now.clone(),
-        });
-        let changed = update.changed;
-        tracked.items.insert(cluster.to_string(), update.item);
-        Ok(changed.then_some(transition))
+        Ok(tracked.record(cluster, report, update, now))
     }
 
     /// The items of a binding, by cluster name.
