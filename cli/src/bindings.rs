@@ -22,6 +22,7 @@ use lifeboat_api::binding::{
     GracefulEvictionTask, ResourceBinding,
 };
 use lifeboat_api::policy::PurgeMode;
+use lifeboat_hub::failover_phase::confirmed_purges;
 use serde::Serialize;
 
 use crate::history::parse_binding;
@@ -207,24 +208,11 @@ pub fn confirmation(binding: &ResourceBinding, cluster: &str) -> anyhow::Result<
             purge_mode(task).as_str()
         );
     }
-    let mut confirmed: Vec<String> = binding
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_CONFIRM_PURGE))
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default();
-    if confirmed.iter().any(|c| c == cluster) {
+    let mut confirmed = confirmed_purges(binding);
+    if !confirmed.insert(cluster.to_string()) {
         return Ok(None);
     }
-    confirmed.push(cluster.to_string());
-    Ok(Some(confirmed.join(",")))
+    Ok(Some(confirmed.into_iter().collect::<Vec<_>>().join(",")))
 }
 
 fn purge_mode(task: &GracefulEvictionTask) -> PurgeMode {
@@ -295,13 +283,7 @@ pub struct TaskView {
 pub fn view(binding: &ResourceBinding, now: &Time) -> BindingView {
     let (namespace, name) = binding.key();
     let spec = &binding.spec;
-    let confirmed: Vec<&str> = binding
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ANNOTATION_CONFIRM_PURGE))
-        .map(|v| v.split(',').map(str::trim).collect())
-        .unwrap_or_default();
+    let confirmed = confirmed_purges(binding);
     let items = binding
         .status
         .as_ref()
@@ -351,7 +333,7 @@ pub fn view(binding: &ResourceBinding, now: &Time) -> BindingView {
                 t,
                 &namespace,
                 &name,
-                confirmed.contains(&t.from_cluster.as_str()),
+                confirmed.contains(&t.from_cluster),
                 now,
             ),
         })
@@ -564,7 +546,7 @@ mod tests {
             Some("the old copy in member-1 stays")
         );
 
-        let text = render_table(&[v.clone()]);
+        let text = render_table(std::slice::from_ref(&v));
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 4, "{text}");
         for header in HEADERS {
@@ -648,7 +630,7 @@ mod tests {
             Some([(ANNOTATION_CONFIRM_PURGE.to_string(), "member-9".to_string())].into());
         assert_eq!(
             confirmation(&b, "member-1").unwrap().as_deref(),
-            Some("member-9,member-1")
+            Some("member-1,member-9")
         );
         b.metadata.annotations =
             Some([(ANNOTATION_CONFIRM_PURGE.to_string(), "member-1".to_string())].into());
