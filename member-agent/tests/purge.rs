@@ -1,11 +1,15 @@
 //! Purge modes and state preservation on the local fleet (hub + 2 members), with the real hub and
 //! one agent per member in hub mode, in this process (as in the failover suite).
 //!
-//! 1. `Directly`: an AppWrapper (retryLimit 0) fails on broken nodes; the hub evicts it, the
-//!    old copy's agent deletes it and reports it gone once it is no longer served, and only
-//!    then does the hub create the new copy. Both members are polled throughout: never two
-//!    copies (AppWrapper objects) at once, never two members with live pods; the new copy was
-//!    created at or after the time the hub took the gone report (`goneAt`) and purged the task.
+//! 1. `Directly`: an AppWrapper (retryLimit 0) fails on broken nodes; the hub evicts it and the
+//!    old copy's agent deletes it. The deletion is held (a finalizer of the test's): while the
+//!    old copy is only being deleted the hub waits (`FailoverBlocked=True`, `WaitingForPurge`,
+//!    no new copy). The old member's agent is killed and a new one started: it learns the purge
+//!    from its snapshot, finds the copy by its labels and, once the test lets the copy go,
+//!    reports it gone; only then does the hub create the new copy. Both members are polled
+//!    throughout: never two copies (AppWrapper objects) at once, never two members with live
+//!    pods; the new copy was created at or after the time the hub took the gone report
+//!    (`goneAt`) and purged the task.
 //! 2. `Never` with state preservation: a ResourceInterpreterCustomization on the hub reflects a
 //!    checkpoint (a condition the test writes on the member through the status subresource)
 //!    into the binding's status; the policy preserves it (`statePreservation.rules`). After the
@@ -18,6 +22,8 @@
 
 mod support;
 
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,6 +31,7 @@ use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use lifeboat_agent::agent::SpawnedAgent;
 use lifeboat_api::binding::{ANNOTATION_CONFIRM_PURGE, EvictionRecord, ResourceBinding};
 use lifeboat_api::config::ResourceInterpreterCustomization;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
@@ -202,9 +209,12 @@ async fn purge(ctx: Arc<TestContext>) -> TestResult {
     let hub_url = start_hub(&ctx).await?;
     bootstrap(&hub, &dir).await?;
     let members = ctx.fleet.member_names();
-    let mut agents = Vec::new();
-    for (member, region) in members.iter().zip(["us-east-1", "eu-west-1"]) {
-        agents.push(start_agent(&ctx, member, &hub_url, &dir, region).await?);
+    let mut agents = BTreeMap::new();
+    for member in &members {
+        agents.insert(
+            member.clone(),
+            start_agent(&ctx, member, &hub_url, &dir, &region(&members, member)).await?,
+        );
     }
     support::hub::until_clusters_ready(&hub, members.iter()).await?;
     let ns = ctx.namespace("hub").await?;
@@ -222,14 +232,16 @@ async fn purge(ctx: Arc<TestContext>) -> TestResult {
         members,
         appwrappers,
         bindings,
+        hub_url,
+        dir,
+        agents: tokio::sync::Mutex::new(agents),
     };
     directly(&suite).await?;
     never_with_checkpoint(&suite).await?;
-    drop(agents);
     Ok(())
 }
 
-/// What both parts share: the hub, the test's namespace there, the members.
+/// What both parts share: the hub, the test's namespace there, the members and their agents.
 struct Suite {
     ctx: Arc<TestContext>,
     hub: kube::Client,
@@ -237,6 +249,59 @@ struct Suite {
     members: Vec<String>,
     appwrappers: Api<DynamicObject>,
     bindings: Api<ResourceBinding>,
+    hub_url: String,
+    /// The agents' files (hub CA, bootstrap token).
+    dir: PathBuf,
+    agents: tokio::sync::Mutex<BTreeMap<String, SpawnedAgent>>,
+}
+
+/// Each member's region (the first is in us-east-1).
+fn region(members: &[String], member: &str) -> String {
+    if members.first().is_some_and(|m| m == member) {
+        "us-east-1".into()
+    } else {
+        "eu-west-1".into()
+    }
+}
+
+impl Suite {
+    /// Kills `member`'s agent (no shutdown of any kind) and starts a new one, which knows
+    /// nothing of the works the old one had.
+    async fn restart_agent(&self, member: &str) -> TestResult {
+        let mut agents = self.agents.lock().await;
+        if let Some(old) = agents.remove(member) {
+            old.abort().await;
+        }
+        let region = region(&self.members, member);
+        let new = start_agent(&self.ctx, member, &self.hub_url, &self.dir, &region).await?;
+        agents.insert(member.to_string(), new);
+        Ok(())
+    }
+}
+
+/// A finalizer of the test's: the object it holds is deleted (deletionTimestamp set, its
+/// dependents removed) but stays served until the test lets it go.
+const HOLD: &str = "e2e.lifeboat.dev/hold";
+
+/// Adds (`true`) or removes the test's finalizer on AppWrapper `name` (read-modify-write with
+/// the resourceVersion: its controller's finalizer is kept).
+async fn hold(api: &Api<DynamicObject>, name: &str, on: bool) -> TestResult {
+    wait::until(&format!("{HOLD} set to {on} on {name}"), T, || async {
+        let aw = api.get(name).await.map_err(|e| e.to_string())?;
+        let mut finalizers = aw.metadata.finalizers.clone().unwrap_or_default();
+        finalizers.retain(|f| f != HOLD);
+        if on {
+            finalizers.push(HOLD.to_string());
+        }
+        let patch = json!({"metadata": {"resourceVersion": aw.metadata.resource_version,
+                                        "finalizers": finalizers}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    Ok(())
 }
 
 /// Part 1: Directly.
@@ -248,6 +313,7 @@ async fn directly(suite: &Suite) -> TestResult {
         members,
         appwrappers,
         bindings,
+        ..
     } = suite;
     lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
         hub,
@@ -327,11 +393,55 @@ async fn directly(suite: &Suite) -> TestResult {
         })
     };
 
+    // The old copy's deletion will be held (a finalizer of the test's), so the hub is seen to
+    // wait while the old copy is only being deleted, and its agent restarts meanwhile.
+    hold(&old_api, "train", true).await?;
     let broken = fail_on_broken_nodes(ctx, &old, ns, "train").await?;
     let record = until_moved(bindings, "train", &old, &new).await?;
     if record.reason != "ApplicationFailure" {
         return Err(format!("eviction record {record:?}").into());
     }
+    wait::until("the old copy being deleted, held", T, || async {
+        let aw = old_api
+            .get_opt("train")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("the old copy is gone: the hold did not hold")?;
+        if aw.metadata.deletion_timestamp.is_some() {
+            Ok(())
+        } else {
+            Err("not being deleted yet".to_string())
+        }
+    })
+    .await?;
+    let deadline = tokio::time::Instant::now() + STAYS;
+    while tokio::time::Instant::now() < deadline {
+        let b = binding_of(bindings, "train").await?;
+        let blocked = b.condition("FailoverBlocked").map(|c| c.reason.clone());
+        let purged = b
+            .spec
+            .graceful_eviction_tasks
+            .iter()
+            .any(|t| t.from_cluster == old && t.purged_at.is_some());
+        if purged || new_api.get_opt("train").await?.is_some() {
+            return Err(format!(
+                "the new copy went ahead while the old one was only being deleted (purged {purged}, FailoverBlocked {blocked:?})"
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let b = binding_of(bindings, "train").await?;
+    let blocked = b
+        .condition("FailoverBlocked")
+        .map(|c| (c.status.clone(), c.reason.clone()));
+    if blocked != Some(("True".into(), "WaitingForPurge".into())) {
+        return Err(format!("while waiting: FailoverBlocked {blocked:?}").into());
+    }
+    // A new agent (it never had the work) learns the purge from its snapshot, finds the old
+    // copy by its labels and reports it gone once it is.
+    suite.restart_agent(&old).await?;
+    hold(&old_api, "train", false).await?;
     until_running(&new_api, "train", "in the other member").await?;
     until_gone(&old_api, "train", "the old copy gone").await?;
     wait::until("the eviction task done", T, || async {
@@ -408,6 +518,7 @@ async fn never_with_checkpoint(suite: &Suite) -> TestResult {
         members,
         appwrappers,
         bindings,
+        ..
     } = suite;
     // The hub reflects the checkpoint (the message of the Checkpointed condition) besides what
     // the built-in rule reflects.
