@@ -409,6 +409,14 @@ pub struct EvictionRecord {
     /// carries, until a later eviction preserves newer values.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub preserved_label_state: BTreeMap<String, String>,
+    /// The clusters the workload was placed on just before this eviction: their copies ran
+    /// before it, so they do not get the preserved labels (only later copies do).
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "null_as_default"
+    )]
+    pub clusters_before_failover: Vec<String>,
 }
 
 /// What the agents report, aggregated.
@@ -545,6 +553,11 @@ pub struct AggregatedStatusItem {
     /// generation is still in flight.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reset_generation: Option<i64>,
+    /// (Lifeboat) When the hub took the agent's report that the copy is gone: the hub had
+    /// withdrawn the work from this cluster (a `Directly` eviction) and the agent deleted the
+    /// object and saw it no longer served, with its pods. Cleared by the next report of a copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_at: Option<Time>,
 }
 
 fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -218,7 +218,20 @@ pub enum WorkEvent {
     Upsert { work: Box<Work> },
     /// This work is no longer assigned to the cluster.
     #[serde(rename_all = "camelCase")]
-    Delete { key: WorkKey, revision: i64 },
+    Delete {
+        key: WorkKey,
+        revision: i64,
+        /// The UID of the binding whose work this was (empty from an older hub).
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        binding_uid: String,
+        /// The hub waits to hear that this copy is gone before it creates the workload
+        /// elsewhere (a `Directly` eviction): once the object is deleted and no longer served
+        /// (its pods gone with it), the agent reports the work with [`WorkStatus::gone`] under
+        /// `binding_uid`. In a snapshot, such a Delete follows the Upserts and names work the
+        /// agent may have removed before (it confirms the absence again).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        confirm_gone: bool,
+    },
     /// The snapshot is complete / the agent has caught up to this revision.
     #[serde(rename_all = "camelCase")]
     Synced { epoch: String, revision: i64 },
@@ -260,6 +273,12 @@ pub struct WorkStatus {
     /// The workload is suspended by fencing.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fenced: bool,
+    /// The work was withdrawn with `confirm_gone` and its object is gone from the cluster
+    /// (deleted, no longer served, its dependents with it). `applied` is false and `observed`
+    /// absent. The hub takes it only from the cluster it withdrew the work from, under that
+    /// binding UID, while it waits for it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gone: bool,
 }
 
 /// The hub's answer to a status report.
@@ -304,6 +323,8 @@ mod tests {
                 name: "train-appwrapper".into(),
             },
             revision: 7,
+            binding_uid: String::new(),
+            confirm_gone: false,
         };
         let line = serde_json::to_string(&ev).unwrap();
         assert_eq!(
@@ -320,6 +341,24 @@ mod tests {
                 revision: 3
             }
         );
+    }
+
+    #[test]
+    fn a_delete_awaiting_the_gone_report_names_its_binding() {
+        let line = json!({"type": "Delete", "key": {"namespace": "ml", "name": "train-appwrapper"},
+                          "revision": 9, "bindingUid": "rb-1", "confirmGone": true});
+        let ev: WorkEvent = serde_json::from_value(line.clone()).unwrap();
+        assert!(matches!(
+            &ev,
+            WorkEvent::Delete { binding_uid, confirm_gone: true, .. } if binding_uid == "rb-1"
+        ));
+        assert_eq!(serde_json::to_value(&ev).unwrap(), line);
+        // A gone report: only the flag is new on the wire.
+        let item: WorkStatus = serde_json::from_value(json!({
+            "key": {"namespace": "ml", "name": "train-appwrapper"}, "bindingUid": "rb-1",
+            "revision": 0, "applied": false, "observedAt": "2026-11-23T10:00:00Z", "gone": true}))
+        .unwrap();
+        assert!(item.gone && !item.applied && item.observed.is_none());
     }
 
     #[test]

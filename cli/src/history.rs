@@ -13,6 +13,8 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use lifeboat_hub::ledger::{DEFAULT_DATABASE_URL, Ledger, LedgerRecord};
 
+use crate::table::one_line;
+
 #[derive(clap::Args)]
 pub struct HistoryArgs {
     #[command(subcommand)]
@@ -118,6 +120,7 @@ fn sqlite_path(url: &str) -> Option<&str> {
     (!path.is_empty() && !path.starts_with(":memory:")).then_some(path)
 }
 
+/// `NAMESPACE/NAME` of a ResourceBinding.
 pub(crate) fn parse_binding(text: &str) -> anyhow::Result<(&str, &str)> {
     match text.split_once('/') {
         Some((namespace, name))
@@ -218,35 +221,7 @@ fn table(records: &[LedgerRecord]) -> String {
             ]
         })
         .collect();
-    let mut widths = HEADERS.map(str::len);
-    for row in &rows {
-        for (width, cell) in widths.iter_mut().zip(row) {
-            *width = (*width).max(cell.chars().count());
-        }
-    }
-    let mut out = String::new();
-    let mut line = |cells: &[&str]| {
-        let last = cells.len() - 1;
-        for (i, cell) in cells.iter().enumerate() {
-            out.push_str(cell);
-            if i < last {
-                let pad = widths[i] - cell.chars().count() + 2;
-                out.extend(std::iter::repeat_n(' ', pad));
-            }
-        }
-        out.push('\n');
-    };
-    line(&HEADERS);
-    for row in &rows {
-        let cells: Vec<&str> = row.iter().map(String::as_str).collect();
-        line(&cells);
-    }
-    out
-}
-
-/// A reason on one line (the table has one row per event).
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
+    crate::table::render(&HEADERS, &rows)
 }
 
 #[cfg(test)]

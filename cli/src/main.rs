@@ -4,10 +4,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bindings;
 mod convert;
 mod history;
 mod interpret;
 mod reset;
+mod table;
 
 #[derive(Parser)]
 #[command(name = "lifeboatctl", version, about = "Lifeboat command line")]
@@ -24,6 +26,10 @@ enum Command {
     Interpret(interpret::InterpretArgs),
     /// The hub's event ledger: what happened to a binding, or on a cluster since a time.
     History(history::HistoryArgs),
+    /// The hub's objects: `get bindings` (placement, per-cluster health, eviction tasks).
+    Get(bindings::GetArgs),
+    /// Confirm the purge of the old copy an eviction with purgeMode Never keeps in a cluster.
+    ConfirmPurge(bindings::ConfirmPurgeArgs),
     /// Ask the hub for one in-place reset of a binding's workload (delete and recreate it in its cluster).
     Reset(reset::ResetArgs),
 }
@@ -34,6 +40,8 @@ fn main() -> ExitCode {
         Command::Convert(args) => convert::run(args),
         Command::Interpret(args) => interpret::run(args),
         Command::History(args) => history::run(args),
+        Command::Get(args) => bindings::run_get(args),
+        Command::ConfirmPurge(args) => bindings::run_confirm_purge(args),
         Command::Reset(args) => reset::run(args),
     };
     match result {

@@ -4,12 +4,12 @@
 //! (`lifeboat_hub::manual_reset`). Without `--cluster`, the binding's single placement; a
 //! binding placed on several clusters is refused with their names.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
 use lifeboat_api::binding::ANNOTATION_RESET_REQUEST;
 
+use crate::bindings::{HubArgs, hub_client};
 use crate::history::parse_binding;
 
 #[derive(clap::Args)]
@@ -19,9 +19,8 @@ pub struct ResetArgs {
     /// The cluster to reset in (one of the binding's `spec.clusters`). Default: its only one.
     #[arg(long)]
     cluster: Option<String>,
-    /// The hub's kubeconfig. Default: `$KUBECONFIG`, else `~/.kube/config`, else in-cluster.
-    #[arg(long)]
-    kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    hub: HubArgs,
 }
 
 pub fn run(args: ResetArgs) -> anyhow::Result<ExitCode> {
@@ -38,7 +37,7 @@ pub fn run(args: ResetArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let asked = runtime.block_on(async {
-        let client = client(args.kubeconfig.as_deref()).await?;
+        let client = hub_client(&args.hub).await?;
         let asked =
             lifeboat_hub::manual_reset::request(&client, namespace, name, args.cluster.as_deref())
                 .await?;
@@ -49,21 +48,4 @@ pub fn run(args: ResetArgs) -> anyhow::Result<ExitCode> {
         asked.cluster, asked.value
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// A client for the hub: the kubeconfig given, else kube's usual lookup.
-async fn client(kubeconfig: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
-        Some(path) => {
-            let file = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
-                .await
-                .with_context(|| format!("--kubeconfig {}", path.display()))?
-        }
-        None => kube::Config::infer().await.context(
-            "no kubeconfig found ($KUBECONFIG, ~/.kube/config, in-cluster); give --kubeconfig",
-        )?,
-    };
-    kube::Client::try_from(config).context("building the Kubernetes client")
 }

@@ -138,6 +138,7 @@ fn batch_template(
                 observed_at: Time(sentinel),
                 reset_generation: None,
                 fenced: false,
+                gone: false,
             }
         })
         .collect();

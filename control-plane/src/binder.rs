@@ -163,6 +163,9 @@ pub struct Binder {
     policy_index: RwLock<Arc<Vec<AnyPolicy>>>,
     /// The clusters each binding's work is dispatched to.
     dispatched: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
+    /// The clusters whose old copy of each binding the hub waits to hear is gone (`Directly`
+    /// eviction tasks not purged yet).
+    purging: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
     /// Cluster evictions (a lost or deleted cluster) go through this bucket.
     cluster_evictions: Mutex<EvictionRateLimiter>,
     /// Off while the hub recovers (`crate::recovery`): bindings are only dispatched as they
@@ -228,6 +231,7 @@ impl Binder {
             metrics,
             policy_index: RwLock::new(Arc::new(Vec::new())),
             dispatched: Mutex::new(HashMap::new()),
+            purging: Mutex::new(HashMap::new()),
             cluster_evictions: Mutex::new(EvictionRateLimiter::new(DEFAULT_CLUSTER_EVICTION_RATE)),
             deciding: AtomicBool::new(true),
             status_view: None,
@@ -355,6 +359,15 @@ impl Binder {
             .unwrap_or_default();
         for cluster in clusters {
             self.work.remove(&cluster, &key);
+        }
+        let purging = self
+            .purging
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key)
+            .unwrap_or_default();
+        for cluster in purging {
+            self.work.settle_purge(&cluster, &key);
         }
         if let Some(template) = template_key_of(binding) {
             self.queue.add(template);
@@ -496,6 +509,7 @@ impl Binder {
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
         self.dispatch(&binding, &template_json)?;
+        self.prune_confirmations(&binding).await?;
         if let Some(recorder) = &self.recorder {
             recorder
                 .record(PassRecord {
@@ -829,13 +843,59 @@ impl Binder {
             .map_err(|e| BindError::Interpret(e.to_string()))?;
             self.work.upsert(&target.name, work);
         }
+        // A Directly eviction's old copy: withdrawn, and its agent asked to report it gone.
+        let awaited: BTreeSet<String> = dispatch::awaited_purges(&binding.spec)
+            .into_iter()
+            .filter(|c| !wanted.contains(c))
+            .collect();
         let mut dispatched = self.dispatched.lock().unwrap_or_else(|e| e.into_inner());
         let previous = dispatched
             .insert(key.clone(), wanted.clone())
             .unwrap_or_default();
         for cluster in previous.difference(&wanted) {
-            self.work.remove(cluster, &key);
+            if !awaited.contains(cluster) {
+                self.work.remove(cluster, &key);
+            }
         }
+        drop(dispatched);
+        let uid = binding.metadata.uid.clone().unwrap_or_default();
+        for cluster in &awaited {
+            if self.work.withdraw_for_purge(cluster, &key, &uid).is_some() {
+                tracing::info!(binding = %key, %cluster, "old copy withdrawn: waiting for its agent to report it gone (purgeMode Directly)");
+            }
+        }
+        let mut purging = self.purging.lock().unwrap_or_else(|e| e.into_inner());
+        let before = if awaited.is_empty() {
+            purging.remove(&key)
+        } else {
+            purging.insert(key.clone(), awaited.clone())
+        }
+        .unwrap_or_default();
+        for cluster in before.difference(&awaited) {
+            self.work.settle_purge(cluster, &key);
+        }
+        Ok(())
+    }
+
+    /// Drops from the binding's confirm-purge annotation the clusters that no longer have a
+    /// `Never` eviction task: that purge is done, and the entry must not confirm a later
+    /// eviction from the same cluster in advance. A JSON merge patch with the binding's
+    /// resourceVersion (a concurrent change is a conflict, retried).
+    async fn prune_confirmations(&self, binding: &ResourceBinding) -> Result<(), BindError> {
+        let Some(remaining) = failover_phase::pruned_confirmations(binding) else {
+            return Ok(());
+        };
+        let (namespace, name) = binding.key();
+        let value = (!remaining.is_empty()).then(|| remaining.join(","));
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": binding.metadata.resource_version,
+            "annotations": {api_binding::ANNOTATION_CONFIRM_PURGE: value},
+        }});
+        let api: Api<ResourceBinding> = Api::namespaced(self.client.clone(), &namespace);
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| BindError::kube("prune confirm-purge annotation", e))?;
+        tracing::info!(binding = %format!("{namespace}/{name}"), kept = ?value, "confirmations of done purges removed from the annotation");
         Ok(())
     }
 

@@ -4,13 +4,14 @@
 //! managed fields, owner references, finalizers, status, `kubectl` bookkeeping), labelled with
 //! its binding so the agent can adopt it after a restart and remove it when it is no longer
 //! assigned. A Divided workload gets its cluster's share of the replicas through the kind's
-//! ReviseReplica rule.
+//! ReviseReplica rule. A copy made after an eviction that preserved state carries that state as
+//! labels ([`crate::failover::preserved_labels`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use lifeboat_api::binding::{
     ANNOTATION_BINDING_UID, InPlaceResetRecord, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE,
-    ResourceBinding, TargetCluster,
+    ResourceBinding, ResourceBindingSpec, TargetCluster,
 };
 use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
 use lifeboat_api::protocol::{ResetRequest, Work, WorkKey};
@@ -114,7 +115,7 @@ pub fn work_for(
     target: &TargetCluster,
     revise: impl FnOnce(&Value, i64) -> Result<Option<Value>, String>,
 ) -> Result<Work, DispatchError> {
-    let manifest = if divides_replicas(binding) {
+    let mut manifest = if divides_replicas(binding) {
         match revise(base, i64::from(target.replicas)).map_err(DispatchError::Revise)? {
             Some(revised) => revised,
             None => {
@@ -126,6 +127,10 @@ pub fn work_for(
     } else {
         base.clone()
     };
+    add_labels(
+        &mut manifest,
+        crate::failover::preserved_labels(&binding.spec, &target.name),
+    );
     Ok(Work {
         key: work_key(binding),
         binding_uid: binding.metadata.uid.clone().unwrap_or_default(),
@@ -145,6 +150,45 @@ pub fn reset_request(binding: &ResourceBinding, cluster: &str) -> Option<ResetRe
     })
 }
 
+/// Sets `labels` on the manifest (a preserved label wins over the template's of the same name).
+fn add_labels(manifest: &mut Value, labels: BTreeMap<String, String>) {
+    if labels.is_empty() {
+        return;
+    }
+    let Some(metadata) = manifest
+        .as_object_mut()
+        .map(|o| {
+            o.entry("metadata")
+                .or_insert_with(|| Value::Object(Map::new()))
+        })
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let entry = metadata
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    if let Some(map) = entry.as_object_mut() {
+        for (name, value) in labels {
+            map.insert(name, Value::String(value));
+        }
+    }
+}
+
+/// The clusters whose old copy the hub waits to hear is gone before it creates the new one:
+/// those of `Directly` eviction tasks not purged yet. Their work is withdrawn and their agent
+/// asked to report the copy gone.
+pub fn awaited_purges(spec: &ResourceBindingSpec) -> BTreeSet<String> {
+    spec.graceful_eviction_tasks
+        .iter()
+        .filter(|t| t.purge_mode == Some(PurgeMode::Directly) && t.purged_at.is_none())
+        .map(|t| t.from_cluster.clone())
+        .collect()
+}
+
 /// The purge mode of the workload's cluster failover, which tells the agent whether to fence
 /// it on a partition: a partition is a cluster failover on the hub's side, and only a `Directly`
 /// cluster failover waits for the fence before it creates the new copy. (The application
@@ -157,7 +201,6 @@ pub fn purge_mode(binding: &ResourceBinding) -> Option<PurgeMode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lifeboat_api::binding::ResourceBindingSpec;
     use serde_json::json;
 
     fn binding(spec: serde_json::Value) -> ResourceBinding {
@@ -240,6 +283,70 @@ mod tests {
         assert_eq!(purge_mode(&application_only), None);
         let err = work_for(&b, &base, &target, |_, _| Ok(None)).unwrap_err();
         assert_eq!(err.metric_label(), "no_revise_rule");
+    }
+
+    #[test]
+    fn the_copy_made_after_an_eviction_carries_the_preserved_state_as_labels() {
+        let mut b = binding(json!({
+            "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "clusters": [{"name": "m2"}, {"name": "m3"}],
+            "gracefulEvictionTasks": [{"fromCluster": "m1", "purgeMode": "Gracefully",
+                "reason": "ApplicationFailure", "producer": "lifeboat-hub",
+                "preservedLabelState": {"training.example.com/checkpoint": "step-1200"},
+                "clustersBeforeFailover": ["m1", "m3"]}],
+            "evictionHistory": [{"clusterName": "m1", "reason": "ApplicationFailure",
+                "evictedAt": "2026-11-23T10:00:00Z",
+                "preservedLabelState": {"training.example.com/checkpoint": "step-1200", "app": "resumed"},
+                "clustersBeforeFailover": ["m1", "m3"]}]
+        }));
+        let base = base_manifest(&template(), &b).unwrap();
+        let target = |name: &str| TargetCluster {
+            name: name.into(),
+            replicas: 0,
+        };
+        let labels = |work: &Work| work.manifest["metadata"]["labels"].clone();
+        let never = |_: &Value, _| -> Result<Option<Value>, String> { panic!("not revised") };
+        // m2 is new since the eviction: the checkpoint goes with it (over the template's label)
+        let new_copy = work_for(&b, &base, &target("m2"), never).unwrap();
+        assert_eq!(
+            labels(&new_copy),
+            json!({"app": "resumed", "training.example.com/checkpoint": "step-1200",
+                   "work.lifeboat.dev/binding-name": "web-deployment",
+                   "work.lifeboat.dev/binding-namespace": "shop"})
+        );
+        // m3 ran before the eviction, m1 is the old copy the task keeps: unchanged
+        for cluster in ["m3", "m1"] {
+            let kept = work_for(&b, &base, &target(cluster), never).unwrap();
+            assert_eq!(kept.manifest, base, "{cluster}");
+        }
+        // the task settles, the record stays: the new copy keeps its labels (no update)
+        b.spec.graceful_eviction_tasks.clear();
+        assert_eq!(
+            work_for(&b, &base, &target("m2"), never).unwrap().manifest,
+            new_copy.manifest
+        );
+        // no state preserved: the manifest is the template's
+        b.spec.eviction_history[0].preserved_label_state.clear();
+        assert_eq!(
+            work_for(&b, &base, &target("m2"), never).unwrap().manifest,
+            base
+        );
+    }
+
+    #[test]
+    fn only_directly_tasks_not_purged_yet_await_the_old_copy_gone() {
+        let b = binding(json!({
+            "resource": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "clusters": [{"name": "m4"}],
+            "gracefulEvictionTasks": [
+                {"fromCluster": "m1", "purgeMode": "Directly", "reason": "ApplicationFailure", "producer": "hub"},
+                {"fromCluster": "m2", "purgeMode": "Directly", "reason": "ClusterFailure", "producer": "hub",
+                 "purgedAt": "2026-11-23T10:00:00Z"},
+                {"fromCluster": "m3", "purgeMode": "Never", "reason": "ApplicationFailure", "producer": "hub"},
+                {"fromCluster": "m5", "purgeMode": "Gracefully", "reason": "ApplicationFailure", "producer": "hub"}
+            ]
+        }));
+        assert_eq!(awaited_purges(&b.spec), BTreeSet::from(["m1".to_string()]));
     }
 
     #[test]

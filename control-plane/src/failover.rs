@@ -608,6 +608,7 @@ pub fn apply_evictions(
             evicted_at: now.clone(),
             expires_at: eviction.block_seconds.map(|s| plus(now, i64::from(s))),
             preserved_label_state: eviction.preserved.clone(),
+            clusters_before_failover: before.clone(),
         });
         spec.in_place_resets
             .retain(|r| r.cluster_name != eviction.cluster);
@@ -759,14 +760,12 @@ pub fn new_placement_healthy(binding: &ResourceBinding) -> bool {
         })
 }
 
-/// The agent reported the old copy absent after the eviction.
+/// The agent reported the old copy gone after the eviction (a gone report, taken only for work
+/// the hub withdrew from that cluster: an `applied: false` report of a copy whose update failed
+/// is not one, its object may still run).
 fn old_copy_gone(binding: &ResourceBinding, cluster: &str, evicted_at: &Time) -> bool {
     binding.cluster_status(cluster).is_some_and(|item| {
-        !item.applied
-            && item
-                .observed_at
-                .as_ref()
-                .is_some_and(|t| t.0 >= evicted_at.0)
+        !item.applied && item.gone_at.as_ref().is_some_and(|t| t.0 >= evicted_at.0)
     })
 }
 
@@ -801,13 +800,21 @@ pub fn may_create_in(spec: &ResourceBindingSpec, cluster: &str) -> bool {
     })
 }
 
-/// The labels every copy carries from the most recent eviction that preserved state (the last
-/// checkpoint the workload reported before it was moved).
-pub fn preserved_labels(spec: &ResourceBindingSpec) -> BTreeMap<String, String> {
+/// The labels the copy in `cluster` carries: those of the most recent eviction that preserved
+/// state (the last checkpoint the workload reported before it was moved), for a cluster of the
+/// placement that was not placed before that eviction, i.e. a copy made after it. A copy that
+/// ran before it (another cluster of a multi-cluster placement) and an old copy an eviction
+/// keeps are left as they are. The record outlives the eviction task, so a copy keeps its
+/// labels when the task settles (Karmada drops them then, and only labels with `Directly`).
+pub fn preserved_labels(spec: &ResourceBindingSpec, cluster: &str) -> BTreeMap<String, String> {
+    if !spec.clusters.iter().any(|c| c.name == cluster) {
+        return BTreeMap::new();
+    }
     spec.eviction_history
         .iter()
         .rev()
         .find(|r| !r.preserved_label_state.is_empty())
+        .filter(|r| !r.clusters_before_failover.iter().any(|c| c == cluster))
         .map(|r| r.preserved_label_state.clone())
         .unwrap_or_default()
 }

@@ -14,6 +14,7 @@ use lifeboat_api::binding::{
     ResourceBinding, ResourceBindingSpec, ResourceHealth,
 };
 use lifeboat_api::cluster::{CONDITION_READY, Cluster};
+use lifeboat_api::policy::PurgeMode;
 
 use crate::failover::{self, Blocked, ClusterState, Context, Decision, Eviction, TaskChange};
 use crate::status::condition;
@@ -85,6 +86,27 @@ pub fn confirmed_purges(binding: &ResourceBinding) -> BTreeSet<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The confirm-purge annotation's clusters that still have a `Never` eviction task, when some
+/// do not (`None`: nothing to prune; an empty list: the annotation goes). A confirmation whose
+/// purge is done (or that came before any such eviction) must not confirm a later eviction from
+/// that cluster in advance.
+pub fn pruned_confirmations(binding: &ResourceBinding) -> Option<Vec<String>> {
+    let confirmed = confirmed_purges(binding);
+    let waiting: BTreeSet<&str> = binding
+        .spec
+        .graceful_eviction_tasks
+        .iter()
+        .filter(|t| t.purge_mode == Some(PurgeMode::Never))
+        .map(|t| t.from_cluster.as_str())
+        .collect();
+    let kept: Vec<String> = confirmed
+        .iter()
+        .filter(|c| waiting.contains(c.as_str()))
+        .cloned()
+        .collect();
+    (kept.len() != confirmed.len()).then_some(kept)
 }
 
 /// What one failover pass over a binding decided.
@@ -230,7 +252,6 @@ impl EvictionRateLimiter {
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
-    use lifeboat_api::policy::PurgeMode;
     use serde_json::json;
 
     fn at(second: i64) -> Time {
@@ -311,6 +332,31 @@ mod tests {
         .unwrap();
         let expected: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
         assert_eq!(confirmed_purges(&b), expected);
+    }
+
+    #[test]
+    fn confirmations_of_done_purges_are_pruned() {
+        let mut b: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "w", "namespace": "ns",
+                         "annotations": {ANNOTATION_CONFIRM_PURGE: "a,b"}},
+            "spec": {"resource": {"apiVersion": "v1", "kind": "Job", "name": "w"},
+                     "gracefulEvictionTasks": [
+                        {"fromCluster": "a", "purgeMode": "Never", "reason": "ApplicationFailure", "producer": "hub"},
+                        {"fromCluster": "b", "purgeMode": "Never", "reason": "ApplicationFailure", "producer": "hub"}]}
+        }))
+        .unwrap();
+        // both still wait for their confirmed purge
+        assert_eq!(pruned_confirmations(&b), None);
+        // a's purge is done: its confirmation goes, b's stays
+        b.spec.graceful_eviction_tasks.remove(0);
+        assert_eq!(pruned_confirmations(&b), Some(vec!["b".to_string()]));
+        // a Directly task is not one a confirmation is for
+        b.spec.graceful_eviction_tasks[0].purge_mode = Some(PurgeMode::Directly);
+        assert_eq!(pruned_confirmations(&b), Some(vec![]));
+        // no annotation: nothing to do
+        b.metadata.annotations = None;
+        assert_eq!(pruned_confirmations(&b), None);
     }
 
     #[test]

@@ -66,6 +66,33 @@ struct Tracked {
     interpreted: HashMap<String, Interpreted>,
 }
 
+impl Tracked {
+    /// Takes the cluster's new item from `report`: `Some` when it changed, with the health
+    /// transition if any.
+    fn record(
+        &mut self,
+        cluster: &str,
+        report: &WorkStatus,
+        update: status::ItemUpdate,
+        now: &Time,
+    ) -> Option<Option<HealthTransition>> {
+        self.last_report
+            .insert(cluster.to_string(), report.observed_at.clone());
+        let transition = update.health_transition.map(|(from, to)| HealthTransition {
+            key: report.key.clone(),
+            cluster: cluster.to_string(),
+            from,
+            to,
+            class: update.item.failure_class,
+            reason: update.item.health_reason.clone(),
+            at: now.clone(),
+        });
+        let changed = update.changed;
+        self.items.insert(cluster.to_string(), update.item);
+        changed.then_some(transition)
+    }
+}
+
 /// Identifies an observed object under one set of interpreters: equal fingerprints mean the
 /// same object (128 bits of SipHash over the whole JSON value) and the same scripts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,15 +307,7 @@ impl StatusState {
         interpretation: Interpretation<'_>,
         now: &Time,
     ) -> Result<Option<Option<HealthTransition>>, String> {
-        let assigned = work
-            .get(cluster, &report.key)
-            .ok_or_else(|| format!("{} is not assigned to cluster {cluster}", report.key))?;
-        if assigned.binding_uid != report.binding_uid {
-            return Err(format!(
-                "binding UID {} is not the one assigned ({})",
-                report.binding_uid, assigned.binding_uid
-            ));
-        }
+        check_assignment(cluster, report, work)?;
         if self
             .bindings
             .get(&report.key)
@@ -324,6 +343,11 @@ impl StatusState {
                 // The same report again (a retried or replayed request): nothing new.
                 return Ok(None);
             }
+        }
+        if report.gone {
+            tracked.interpreted.remove(cluster);
+            let update = status::gone_item(tracked.items.get(cluster), cluster, now);
+            return Ok(tracked.record(cluster, report, update, now));
         }
         let (verdict, reflected) = match &report.observed {
             Some(observed) => {
@@ -361,21 +385,7 @@ impl StatusState {
             },
             now,
         );
-        tracked
-            .last_report
-            .insert(cluster.to_string(), report.observed_at.clone());
-        let transition = update.health_transition.map(|(from, to)| HealthTransition {
-            key: report.key.clone(),
-            cluster: cluster.to_string(),
-            from,
-            to,
-            class: update.item.failure_class,
-            reason: update.item.health_reason.clone(),
-            at: now.clone(),
-        });
-        let changed = update.changed;
-        tracked.items.insert(cluster.to_string(), update.item);
-        Ok(changed.then_some(transition))
+        Ok(tracked.record(cluster, report, update, now))
     }
 
     /// The items of a binding, by cluster name.
@@ -433,6 +443,41 @@ impl StatusState {
     pub fn is_empty(&self) -> bool {
         self.bindings.is_empty()
     }
+}
+
+/// Whether `report` may be taken from `cluster`: a copy's report needs its work assigned to the
+/// cluster under the same binding UID; a gone report needs the hub to await that copy's purge
+/// there (the work withdrawn from that cluster, under that binding UID). `Err` says why not.
+pub fn check_assignment(
+    cluster: &str,
+    report: &WorkStatus,
+    work: &WorkStore,
+) -> Result<(), String> {
+    if report.gone {
+        let awaited = work.awaited_purge(cluster, &report.key).ok_or_else(|| {
+            format!(
+                "gone: {} was not withdrawn from cluster {cluster} awaiting its purge",
+                report.key
+            )
+        })?;
+        if awaited != report.binding_uid {
+            return Err(format!(
+                "gone: binding UID {} is not the one withdrawn from cluster {cluster} ({awaited})",
+                report.binding_uid
+            ));
+        }
+        return Ok(());
+    }
+    let assigned = work
+        .get(cluster, &report.key)
+        .ok_or_else(|| format!("{} is not assigned to cluster {cluster}", report.key))?;
+    if assigned.binding_uid != report.binding_uid {
+        return Err(format!(
+            "binding UID {} is not the one assigned to cluster {cluster} ({})",
+            report.binding_uid, assigned.binding_uid
+        ));
+    }
+    Ok(())
 }
 
 /// The fingerprints of a batch's observed objects, by index (`None`: no object).
@@ -914,6 +959,7 @@ mod tests {
             observed_at: at(second),
             reset_generation: None,
             fenced: false,
+            gone: false,
         }
     }
 
@@ -1062,6 +1108,66 @@ mod tests {
         );
         assert!(p.response.rejected[0].reason.contains("binding UID"));
         assert!(state.is_empty());
+    }
+
+    #[test]
+    fn a_withdrawn_copy_reported_gone_becomes_an_unapplied_item_with_gone_at() {
+        let work = store_with_work();
+        let interp = interpreters();
+        let mut state = StatusState::default();
+        let failed = batch(
+            "m1",
+            vec![report(1, appwrapper("Failed", Some("[Infrastructure] x")))],
+        );
+        state.process(&failed, &work, |_| None, &interp, &at(10));
+        let gone = |second| WorkStatus {
+            applied: false,
+            observed: None,
+            gone: true,
+            ..report(second, json!({}))
+        };
+        // not withdrawn yet: refused, the item stays
+        let p = state.process(
+            &batch("m1", vec![gone(2)]),
+            &work,
+            |_| None,
+            &interp,
+            &at(11),
+        );
+        assert!(p.response.rejected[0].reason.starts_with("gone:"));
+        assert_eq!(state.items(&key())[0].health, ResourceHealth::Unhealthy);
+        work.withdraw_for_purge("m1", &key(), "uid-1");
+        // another cluster cannot report it
+        let p = state.process(
+            &batch("m2", vec![gone(3)]),
+            &work,
+            |_| None,
+            &interp,
+            &at(12),
+        );
+        assert_eq!(p.response.accepted, 0);
+        let p = state.process(
+            &batch("m1", vec![gone(3)]),
+            &work,
+            |_| None,
+            &interp,
+            &at(13),
+        );
+        assert_eq!((p.response.accepted, p.dirty.len()), (1, 1));
+        assert_eq!(p.transitions[0].to, ResourceHealth::Unknown);
+        let item = &state.items(&key())[0];
+        assert!(!item.applied && item.status.is_none());
+        assert_eq!(item.gone_at, Some(at(13)));
+        // again after a reconnect: taken, nothing changes
+        let p = state.process(
+            &batch("m1", vec![gone(4)]),
+            &work,
+            |_| None,
+            &interp,
+            &at(14),
+        );
+        assert_eq!((p.response.accepted, p.dirty.len()), (1, 0));
+        assert_eq!(state.items(&key())[0].gone_at, Some(at(13)));
     }
 
     #[test]

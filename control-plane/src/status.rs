@@ -125,6 +125,7 @@ pub fn next_item(
         } else {
             previous.and_then(|p| p.reset_generation)
         },
+        gone_at: None,
     };
     if item.applied && report.observed.is_some() && item.first_observed_at.is_none() {
         item.first_observed_at = Some(now.clone());
@@ -178,6 +179,49 @@ fn same_except_times(a: &AggregatedStatusItem, b: &AggregatedStatusItem) -> bool
         && a.unhealthy_since == b.unhealthy_since
         && a.reset_generation == b.reset_generation
         && a.observed_revision.is_some() == b.observed_revision.is_some()
+        && a.gone_at.is_some() == b.gone_at.is_some()
+}
+
+/// `healthReason` of a copy reported gone.
+pub const REASON_GONE: &str = "the copy was deleted from the cluster (the work was withdrawn)";
+
+/// The cluster's item once its agent reported the withdrawn copy gone: not applied, no status,
+/// `goneAt` now. The copy's timers go with it (a later copy in that cluster starts afresh). A
+/// repeated gone report (after a reconnect or a hub restart) changes nothing and keeps the
+/// first `goneAt`.
+pub fn gone_item(previous: Option<&AggregatedStatusItem>, cluster: &str, now: &Time) -> ItemUpdate {
+    if let Some(p) = previous.filter(|p| p.gone_at.is_some() && !p.applied) {
+        return ItemUpdate {
+            item: p.clone(),
+            changed: false,
+            health_transition: None,
+        };
+    }
+    let item = AggregatedStatusItem {
+        cluster_name: cluster.to_string(),
+        applied: false,
+        applied_message: None,
+        health: ResourceHealth::Unknown,
+        health_reason: Some(REASON_GONE.to_string()),
+        failure_class: None,
+        status: None,
+        observed_at: Some(now.clone()),
+        first_observed_at: None,
+        last_healthy_time: None,
+        unhealthy_since: None,
+        observed_revision: None,
+        reset_generation: None,
+        gone_at: Some(now.clone()),
+    };
+    let health_transition = match previous.map(|p| p.health) {
+        Some(from) if from != ResourceHealth::Unknown => Some((from, ResourceHealth::Unknown)),
+        _ => None,
+    };
+    ItemUpdate {
+        item,
+        changed: true,
+        health_transition,
+    }
 }
 
 fn truncate(text: &str) -> String {
@@ -333,6 +377,7 @@ mod tests {
             observed_at: at(0),
             reset_generation: None,
             fenced: false,
+            gone: false,
         }
     }
 
@@ -491,6 +536,39 @@ mod tests {
         // An object without the annotation was never reset.
         let fresh = observe(Some(&gone.item), None, true, 4);
         assert_eq!(fresh.item.reset_generation, None);
+    }
+
+    #[test]
+    fn a_gone_copy_leaves_an_unapplied_item_with_its_time_once() {
+        let failed = step(None, judged(ResourceHealth::Unhealthy, None), 10);
+        let gone = gone_item(Some(&failed.item), "m1", &at(20));
+        assert!(gone.changed);
+        assert_eq!(
+            gone.health_transition,
+            Some((ResourceHealth::Unhealthy, ResourceHealth::Unknown))
+        );
+        let item = &gone.item;
+        assert!(!item.applied && item.status.is_none());
+        assert_eq!(
+            (item.gone_at.clone(), item.observed_at.clone()),
+            (Some(at(20)), Some(at(20)))
+        );
+        assert_eq!(item.health_reason.as_deref(), Some(REASON_GONE));
+        // the failed copy's timers do not outlive it
+        assert_eq!(
+            (item.unhealthy_since.clone(), item.first_observed_at.clone()),
+            (None, None)
+        );
+        // reported again: no change, the first time stays
+        let again = gone_item(Some(&gone.item), "m1", &at(30));
+        assert!(!again.changed && again.health_transition.is_none());
+        assert_eq!(again.item.gone_at, Some(at(20)));
+        // a later copy reports: the item is that copy's, not gone any more
+        let back = step(Some(&gone.item), judged(ResourceHealth::Healthy, None), 40);
+        assert!(back.changed && back.item.applied);
+        assert_eq!(back.item.gone_at, None);
+        // nothing known before: gone from the start
+        assert!(gone_item(None, "m1", &at(5)).health_transition.is_none());
     }
 
     #[test]

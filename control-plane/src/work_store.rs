@@ -7,6 +7,13 @@
 //! every upsert that changes a work item and every removal takes the next revision. Removals
 //! leave a tombstone so that a resuming agent learns about them; tombstones older than the
 //! compaction point are dropped, and a cursor older than that point gets a full snapshot.
+//!
+//! Work withdrawn for a `Directly` eviction is also remembered as a purge the hub waits for
+//! ([`WorkStore::withdraw_for_purge`]): its Delete asks the agent to confirm the copy gone, a
+//! snapshot repeats that Delete (an agent that restarted confirms the absence again), and the
+//! agent API takes a gone report only for such a purge, from that cluster, under that binding
+//! UID. The binder records purges from the bindings' eviction tasks, so a new leader term has
+//! them again after its first pass.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -35,14 +42,48 @@ struct Entry {
     work: Arc<Work>,
 }
 
+/// A removal: its revision and the binding UID of the work removed.
+#[derive(Debug, Clone)]
+struct Tombstone {
+    revision: i64,
+    binding_uid: String,
+}
+
+/// Withdrawn work the hub waits to hear is gone.
+#[derive(Debug, Clone)]
+struct Purge {
+    binding_uid: String,
+    /// The revision of the withdrawal (of its Delete).
+    revision: i64,
+}
+
 #[derive(Debug, Default)]
 struct ClusterWork {
     revision: i64,
     items: BTreeMap<WorkKey, Entry>,
-    /// Removed key → the revision of its removal.
-    tombstones: BTreeMap<WorkKey, i64>,
+    /// Removed key → its removal.
+    tombstones: BTreeMap<WorkKey, Tombstone>,
     /// Changes at or below this revision may have lost their tombstones.
     compacted: i64,
+    /// Withdrawn key → the purge the hub waits for (never compacted: one per pending
+    /// `Directly` eviction).
+    purges: BTreeMap<WorkKey, Purge>,
+}
+
+impl ClusterWork {
+    /// The Delete event of a removed key: it asks for the gone report while a purge of the
+    /// same binding is awaited.
+    fn delete_event(&self, key: &WorkKey, revision: i64, binding_uid: &str) -> WorkEvent {
+        WorkEvent::Delete {
+            key: key.clone(),
+            revision,
+            binding_uid: binding_uid.to_string(),
+            confirm_gone: self
+                .purges
+                .get(key)
+                .is_some_and(|p| p.binding_uid == binding_uid),
+        }
+    }
 }
 
 struct ClusterSlot {
@@ -194,6 +235,8 @@ impl WorkStore {
             let revision = state.revision;
             work.revision = revision;
             state.tombstones.remove(&work.key);
+            // Assigned here again: its copy is wanted, not awaited gone.
+            state.purges.remove(&work.key);
             let work = Arc::new(work);
             state.items.insert(
                 work.key.clone(),
@@ -223,12 +266,19 @@ impl WorkStore {
             let removed = state.items.remove(key)?;
             state.revision += 1;
             let revision = state.revision;
-            state.tombstones.insert(key.clone(), revision);
+            let binding_uid = removed.work.binding_uid.clone();
+            state.tombstones.insert(
+                key.clone(),
+                Tombstone {
+                    revision,
+                    binding_uid: binding_uid.clone(),
+                },
+            );
             let limit = self.tombstone_limit;
             if state.tombstones.len() > limit {
                 compact(&mut state, limit);
             }
-            (revision, removed.work.binding_uid.clone())
+            (revision, binding_uid)
         };
         let (revision, binding_uid) = revision;
         slot.revision.send_replace(revision);
@@ -239,6 +289,78 @@ impl WorkStore {
             revision,
         });
         Some(revision)
+    }
+
+    /// Withdraws the work `key` of binding `binding_uid` from `cluster` and waits for its agent
+    /// to report the copy gone (a `Directly` eviction): the work is removed if assigned, and
+    /// the Delete the agent is sent asks for the gone report. Idempotent: returns the new
+    /// revision, or `None` when that purge was already awaited and nothing was assigned.
+    /// Nothing assigned (a new leader term): the purge still takes a revision, so an agent
+    /// resuming in this epoch is sent the Delete too.
+    pub fn withdraw_for_purge(
+        &self,
+        cluster: &str,
+        key: &WorkKey,
+        binding_uid: &str,
+    ) -> Option<i64> {
+        let slot = self.slot(cluster);
+        let (revision, removed) = {
+            let mut state = slot.lock();
+            let awaited = state
+                .purges
+                .get(key)
+                .is_some_and(|p| p.binding_uid == binding_uid);
+            if awaited && !state.items.contains_key(key) {
+                return None;
+            }
+            let removed = state.items.remove(key);
+            state.revision += 1;
+            let revision = state.revision;
+            state.tombstones.insert(
+                key.clone(),
+                Tombstone {
+                    revision,
+                    binding_uid: binding_uid.to_string(),
+                },
+            );
+            state.purges.insert(
+                key.clone(),
+                Purge {
+                    binding_uid: binding_uid.to_string(),
+                    revision,
+                },
+            );
+            let limit = self.tombstone_limit;
+            if state.tombstones.len() > limit {
+                compact(&mut state, limit);
+            }
+            (revision, removed)
+        };
+        slot.revision.send_replace(revision);
+        if let Some(removed) = removed {
+            self.notify(|| WorkChange::Withdrawn {
+                cluster: cluster.to_string(),
+                key: key.clone(),
+                binding_uid: removed.work.binding_uid.clone(),
+                revision,
+            });
+        }
+        Some(revision)
+    }
+
+    /// The hub no longer waits for the copy of `key` in `cluster` to be reported gone (it was,
+    /// its cluster was fenced, or the eviction is over): a later gone report is refused.
+    pub fn settle_purge(&self, cluster: &str, key: &WorkKey) {
+        if let Some(slot) = self.existing_slot(cluster) {
+            slot.lock().purges.remove(key);
+        }
+    }
+
+    /// The binding UID whose copy of `key` the hub waits to hear is gone from `cluster`.
+    pub fn awaited_purge(&self, cluster: &str, key: &WorkKey) -> Option<String> {
+        let slot = self.existing_slot(cluster)?;
+        let state = slot.lock();
+        state.purges.get(key).map(|p| p.binding_uid.clone())
     }
 
     /// The work `key` as assigned to `cluster`, if it is.
@@ -324,14 +446,11 @@ impl WorkStore {
                         state
                             .tombstones
                             .iter()
-                            .filter(|(_, rev)| **rev > since)
-                            .map(|(key, rev)| {
+                            .filter(|(_, t)| t.revision > since)
+                            .map(|(key, t)| {
                                 (
-                                    *rev,
-                                    WorkEvent::Delete {
-                                        key: key.clone(),
-                                        revision: *rev,
-                                    },
+                                    t.revision,
+                                    state.delete_event(key, t.revision, &t.binding_uid),
                                 )
                             }),
                     )
@@ -343,6 +462,8 @@ impl WorkStore {
                     revision: state.revision,
                 }
             }
+            // The full set, then the awaited purges (the agent confirms each copy gone, also
+            // one it removed before a restart).
             None => Changes {
                 reset: true,
                 events: state
@@ -351,6 +472,12 @@ impl WorkStore {
                     .map(|e| WorkEvent::Upsert {
                         work: Box::new((*e.work).clone()),
                     })
+                    .chain(
+                        state
+                            .purges
+                            .iter()
+                            .map(|(key, p)| state.delete_event(key, p.revision, &p.binding_uid)),
+                    )
                     .collect(),
                 revision: state.revision,
             },
@@ -363,7 +490,7 @@ fn compact(state: &mut ClusterWork, limit: usize) {
     let mut by_revision: Vec<(i64, WorkKey)> = state
         .tombstones
         .iter()
-        .map(|(k, r)| (*r, k.clone()))
+        .map(|(k, t)| (t.revision, k.clone()))
         .collect();
     by_revision.sort();
     let excess = by_revision.len().saturating_sub(limit);
@@ -402,7 +529,15 @@ mod tests {
             .iter()
             .map(|e| match e {
                 WorkEvent::Upsert { work } => format!("+{}@{}", work.key.name, work.revision),
-                WorkEvent::Delete { key, revision } => format!("-{}@{revision}", key.name),
+                WorkEvent::Delete {
+                    key,
+                    revision,
+                    confirm_gone,
+                    ..
+                } => {
+                    let confirm = if *confirm_gone { "?" } else { "" };
+                    format!("-{}@{revision}{confirm}", key.name)
+                }
                 other => format!("{other:?}"),
             })
             .collect()
@@ -479,13 +614,17 @@ mod tests {
         store.upsert("m2", work("a", 2));
         store.remove("m1", &key("a"));
         store.remove("m1", &key("a")); // not there any more: no event
+        // withdrawn for a purge: seen when it was assigned there, not otherwise
+        store.withdraw_for_purge("m2", &key("a"), "uid-a");
+        store.withdraw_for_purge("m3", &key("a"), "uid-a");
         assert_eq!(
             *seen.lock().unwrap(),
             [
                 "+m1/a@1 uid-a",
                 "+m1/a@2 uid-a",
                 "+m2/a@1 uid-a",
-                "-m1/a@3 uid-a"
+                "-m1/a@3 uid-a",
+                "-m2/a@2 uid-a"
             ]
         );
     }
@@ -578,6 +717,78 @@ mod tests {
         let changes = store.changes_since("m1", Some(&recent));
         assert!(!changes.reset);
         assert_eq!(names(&changes), ["-b@6", "-c@7"]);
+    }
+
+    #[test]
+    fn a_purge_asks_the_agent_to_confirm_the_copy_gone_until_settled() {
+        let store = WorkStore::new("e1");
+        store.upsert("m1", work("a", 1));
+        store.upsert("m1", work("b", 1));
+        let cursor = Cursor {
+            epoch: "e1".into(),
+            revision: 2,
+        };
+        assert_eq!(store.withdraw_for_purge("m1", &key("a"), "uid-a"), Some(3));
+        assert_eq!(store.get("m1", &key("a")), None);
+        // again (the binder dispatches the binding again): nothing new
+        assert_eq!(store.withdraw_for_purge("m1", &key("a"), "uid-a"), None);
+        store.remove("m1", &key("b"));
+        assert_eq!(
+            store.awaited_purge("m1", &key("a")).as_deref(),
+            Some("uid-a")
+        );
+        assert_eq!(store.awaited_purge("m1", &key("b")), None);
+        assert_eq!(store.awaited_purge("m2", &key("a")), None);
+        // resuming: the purge's Delete asks for the gone report, a plain removal does not
+        let changes = store.changes_since("m1", Some(&cursor));
+        assert_eq!(names(&changes), ["-a@3?", "-b@4"]);
+        let uids: Vec<&str> = changes
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                WorkEvent::Delete { binding_uid, .. } => Some(binding_uid.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(uids, ["uid-a", "uid-b"]);
+        // a snapshot repeats the awaited purge after the full set
+        assert_eq!(names(&store.changes_since("m1", None)), ["-a@3?"]);
+        // settled: no longer asked for, in a snapshot or a resume
+        store.settle_purge("m1", &key("a"));
+        assert_eq!(store.awaited_purge("m1", &key("a")), None);
+        assert!(store.changes_since("m1", None).events.is_empty());
+        assert_eq!(
+            names(&store.changes_since("m1", Some(&cursor))),
+            ["-a@3", "-b@4"]
+        );
+    }
+
+    #[test]
+    fn a_purge_in_a_new_term_takes_a_revision_and_a_new_assignment_cancels_it() {
+        // A new leader term: nothing assigned, the binding's task says the purge is awaited.
+        let store = WorkStore::new("e2");
+        assert_eq!(store.withdraw_for_purge("m1", &key("a"), "uid-a"), Some(1));
+        let changes = store.changes_since("m1", None);
+        assert!(changes.reset);
+        assert_eq!(names(&changes), ["-a@1?"]);
+        let cursor = Cursor {
+            epoch: "e2".into(),
+            revision: 0,
+        };
+        assert_eq!(names(&store.changes_since("m1", Some(&cursor))), ["-a@1?"]);
+        // another binding of the same name is a new purge
+        assert_eq!(
+            store.withdraw_for_purge("m1", &key("a"), "uid-new"),
+            Some(2)
+        );
+        assert_eq!(
+            store.awaited_purge("m1", &key("a")).as_deref(),
+            Some("uid-new")
+        );
+        // assigned again: its copy is wanted, no longer awaited gone
+        store.upsert("m1", work("a", 1));
+        assert_eq!(store.awaited_purge("m1", &key("a")), None);
+        assert_eq!(names(&store.changes_since("m1", None)), ["+a@3"]);
     }
 
     #[tokio::test]

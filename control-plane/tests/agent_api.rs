@@ -96,6 +96,10 @@ fn main() -> ExitCode {
                 "work_stream_resumes_with_changes_and_resets_on_a_new_epoch",
                 work_stream_resumes_and_resets,
             ),
+            E2eTest::new(
+                "gone_reports_are_taken_only_for_an_awaited_purge_of_the_calling_cluster",
+                gone_reports_only_for_awaited_purges,
+            ),
             E2eTest::new("https_end_to_end", https_end_to_end),
             E2eTest::new(
                 "cluster_goes_unknown_and_tainted_when_its_agent_stops",
@@ -970,7 +974,15 @@ fn names(events: &[WorkEvent]) -> Vec<String> {
         .map(|e| match e {
             WorkEvent::Reset { epoch, revision } => format!("reset {epoch}:{revision}"),
             WorkEvent::Upsert { work } => format!("+{}@{}", work.key.name, work.revision),
-            WorkEvent::Delete { key, revision } => format!("-{}@{revision}", key.name),
+            WorkEvent::Delete {
+                key,
+                revision,
+                confirm_gone,
+                ..
+            } => {
+                let confirm = if *confirm_gone { "?" } else { "" };
+                format!("-{}@{revision}{confirm}", key.name)
+            }
             WorkEvent::Synced { epoch, revision } => format!("synced {epoch}:{revision}"),
             WorkEvent::Bookmark => "bookmark".into(),
         })
@@ -1059,6 +1071,121 @@ async fn work_stream_resumes_and_resets(ctx: Arc<TestContext>) -> TestResult {
     check(
         end.is_none(),
         format!("the stream ended at shutdown, got {end:?}"),
+    )?;
+    Ok(())
+}
+
+async fn gone_reports_only_for_awaited_purges(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let (a, b) = ("purge-a", "purge-b");
+    let token_a = hub.register(a).await?;
+    let token_b = hub.register(b).await?;
+    let ns = hub.namespace.clone();
+    hub.assign(a, "w1");
+    hub.assign(a, "w2");
+    // w1's old copy in a is withdrawn for a Directly eviction.
+    hub.work
+        .withdraw_for_purge(a, &key(&ns, "w1"), "uid-w1")
+        .ok_or("the purge took no revision")?;
+    // The stream asks a's agent to confirm it gone, in a snapshot (after the full set) as when
+    // resuming.
+    let (_, mut lines) = open_work(&hub.app, a, &token_a, None).await?;
+    let snapshot = names(&lines.until_synced().await?);
+    let epoch = hub.work.epoch().to_string();
+    check(
+        snapshot
+            == [
+                format!("reset {epoch}:3"),
+                "+w2@2".into(),
+                "-w1@3?".into(),
+                format!("synced {epoch}:3"),
+            ],
+        format!("{snapshot:?}"),
+    )?;
+    drop(lines);
+    let (_, mut lines) = open_work(&hub.app, a, &token_a, Some(&format!("{epoch}:2"))).await?;
+    let resumed = names(&lines.until_synced().await?);
+    check(
+        resumed == ["-w1@3?".to_string(), format!("synced {epoch}:3")],
+        format!("{resumed:?}"),
+    )?;
+    drop(lines);
+
+    let gone = |name: &str, uid: &str, second: i64| {
+        let mut item = status_item(&ns, name, second);
+        item.binding_uid = uid.into();
+        item.applied = false;
+        item.observed = None;
+        item.gone = true;
+        item
+    };
+    let send = |cluster: &'static str, token: String, items| {
+        let hub = &hub;
+        async move {
+            let reply = hub
+                .call(
+                    "POST",
+                    &protocol::status_path(cluster),
+                    Some(&token),
+                    Some(json_bytes(&StatusReport { items, full: false })),
+                )
+                .await;
+            check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+            Ok::<StatusResponse, harness::TestError>(serde_json::from_value(reply.body)?)
+        }
+    };
+    // Forged: another binding UID, work that was not withdrawn, another cluster.
+    let answer = send(
+        a,
+        token_a.clone(),
+        vec![gone("w1", "uid-forged", 1), gone("w2", "uid-w2", 1)],
+    )
+    .await?;
+    let reasons: Vec<&str> = answer.rejected.iter().map(|r| r.reason.as_str()).collect();
+    check(
+        answer.accepted == 0
+            && reasons
+                == [
+                    "gone: binding UID uid-forged is not the one withdrawn from cluster purge-a (uid-w1)",
+                    format!(
+                        "gone: {ns}/w2 was not withdrawn from cluster purge-a awaiting its purge"
+                    )
+                    .as_str(),
+                ],
+        format!("{answer:?}"),
+    )?;
+    let answer = send(b, token_b, vec![gone("w1", "uid-w1", 1)]).await?;
+    check(
+        answer.accepted == 0
+            && answer.rejected[0].reason
+                == format!(
+                    "gone: {ns}/w1 was not withdrawn from cluster purge-b awaiting its purge"
+                ),
+        format!("{answer:?}"),
+    )?;
+    check(
+        hub.batches().is_empty(),
+        "no forged report reached the intake",
+    )?;
+    // The cluster it was withdrawn from, under its binding UID: taken.
+    let answer = send(a, token_a.clone(), vec![gone("w1", "uid-w1", 2)]).await?;
+    check(
+        answer.accepted == 1 && answer.rejected.is_empty(),
+        format!("{answer:?}"),
+    )?;
+    let batches = hub.batches();
+    check(
+        batches.len() == 1
+            && batches[0].cluster == a
+            && batches[0].report.items == [gone("w1", "uid-w1", 2)],
+        format!("the intake got {batches:?}"),
+    )?;
+    // Once the purge is settled, a late report is refused.
+    hub.work.settle_purge(a, &key(&ns, "w1"));
+    let answer = send(a, token_a, vec![gone("w1", "uid-w1", 3)]).await?;
+    check(
+        answer.accepted == 0 && answer.rejected.len() == 1,
+        format!("{answer:?}"),
     )?;
     Ok(())
 }

@@ -19,17 +19,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, PostParams};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::health::FailureClass;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
-use lifeboat_e2e::{faults, wait};
+use lifeboat_e2e::wait;
 use serde_json::json;
 use support::T;
 use support::hub::{
-    appwrapper_resource, binding_of, placement, start_hub, tempfile_dir, two_agents,
+    appwrapper_resource, binding_of, phase_in, placement, start_hub, tempfile_dir, two_agents,
 };
 
 /// The cluster lease of the test hub (support::hub::start_hub).
@@ -52,19 +51,6 @@ fn main() -> ExitCode {
             failover,
         )],
     )
-}
-
-async fn phase_in(api: &Api<DynamicObject>, name: &str) -> Result<Option<String>, String> {
-    Ok(api
-        .get_opt(name)
-        .await
-        .map_err(|e| e.to_string())?
-        .map(|aw| {
-            aw.data["status"]["phase"]
-                .as_str()
-                .unwrap_or("")
-                .to_string()
-        }))
 }
 
 async fn failover(ctx: Arc<TestContext>) -> TestResult {
@@ -143,38 +129,8 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     .await?;
 
     // Its pod fails on a NotReady node: a terminal Infrastructure failure (no retries left).
-    let member_client = ctx.client(&placed).await?;
-    let pods = wait::until("train's pod on a node", T, || async {
-        let pods: Vec<Pod> = support::pods_of(&ctx, &placed, "train")
-            .await
-            .map_err(|e| e.to_string())?;
-        if pods
-            .iter()
-            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-        {
-            Ok(pods)
-        } else {
-            Err("no pod on a node yet".to_string())
-        }
-    })
-    .await?;
-    for pod in &pods {
-        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_ref()) {
-            faults::set_node_ready(&member_client, node, false).await?;
-        }
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    let broken = support::hub::fail_on_broken_nodes(&ctx, &placed, &ns, "train").await?;
     let failed_at = Instant::now();
-    for pod in &pods {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        match faults::fail_pod(&member_client, &ns, &name, 1).await {
-            Ok(()) => {}
-            // The agent may have seen the NotReady node first and failed the AppWrapper, which
-            // deletes its pods: the fault is in already.
-            Err(e) if e.to_string().contains("NotFound") => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
     // It goes Failed there (the hub may move it, and withdraw the Failed copy, before this
     // test sees the phase: the binding's record says why it moved).
     // Moved (toleration 0) to the other member, where it runs.
@@ -237,12 +193,7 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
         .into());
     }
     tracing::info!(?moved_after, "train moved");
-    for node in pods
-        .iter()
-        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
-    {
-        faults::set_node_ready(&member_client, &node, true).await?;
-    }
+    support::hub::repair_nodes(&ctx, &placed, &broken).await?;
 
     // 2. Cluster failover: serve's member loses its agent.
     let mut serve = serde_json::to_value(support::appwrapper(

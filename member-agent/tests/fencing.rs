@@ -21,7 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::policy::PurgeMode;
@@ -31,7 +30,7 @@ use lifeboat_e2e::wait;
 use serde_json::json;
 use support::T;
 use support::hub::{
-    appwrapper_resource, binding_of, bootstrap, placement, start_hub_with, tempfile_dir,
+    appwrapper_resource, binding_of, bootstrap, live, placement, start_hub_with, tempfile_dir,
 };
 
 /// The agents' and the hub's fencing period (they must agree).
@@ -59,18 +58,6 @@ fn main() -> ExitCode {
             partition,
         )],
     )
-}
-
-/// Pods of the AppWrapper that hold or may hold resources (not Succeeded or Failed).
-fn live(pods: &[Pod]) -> usize {
-    pods.iter()
-        .filter(|p| {
-            !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
-        })
-        .count()
 }
 
 async fn partition(ctx: Arc<TestContext>) -> TestResult {

@@ -1,6 +1,7 @@
 //! Batched status reports. Each item must be work assigned to the calling cluster (same binding
-//! UID) in the [`crate::work_store::WorkStore`]; others are rejected with why while the rest are
-//! taken. A report the API already took for that work (same `observedAt`) is not handed on again
+//! UID) in the [`crate::work_store::WorkStore`], or, for a gone report, work withdrawn from that
+//! cluster whose purge the hub awaits (same binding UID); others are rejected with why while the
+//! rest are taken. A report the API already took for that work (same `observedAt`) is not handed on again
 //! (a retried or replayed request changes nothing); an older one is rejected as stale. The status
 //! processor applies the same rule per binding and cluster, so it also holds after a leader
 //! change, when this cache starts empty.
@@ -18,6 +19,7 @@ use tracing::Instrument;
 
 use super::{ApiError, Shared, json_body};
 use crate::intake::{IntakeError, StatusBatch};
+use crate::processor::check_assignment;
 use crate::work_store::WorkStore;
 
 /// The last report taken per work of one cluster: (binding UID, observedAt).
@@ -34,8 +36,8 @@ pub(crate) struct Screened {
     pub duplicates: usize,
 }
 
-/// Splits `items` of `cluster`: not assigned / another binding UID / stale → rejected, the same
-/// report again → duplicate, the rest forwarded. Entries of `taken` for work no longer assigned
+/// Splits `items` of `cluster`: not assigned / another binding UID / a gone report for a purge
+/// not awaited / stale → rejected, the same report again → duplicate, the rest forwarded. Entries of `taken` for work no longer assigned
 /// are dropped.
 pub(crate) fn screen(
     cluster: &str,
@@ -45,20 +47,12 @@ pub(crate) fn screen(
 ) -> Screened {
     let mut screened = Screened::default();
     for item in items {
-        let Some(assigned) = work.get(cluster, &item.key) else {
-            taken.remove(&item.key);
+        if let Err(reason) = check_assignment(cluster, &item, work) {
+            if work.get(cluster, &item.key).is_none() {
+                taken.remove(&item.key);
+            }
             screened.rejected.push(RejectedItem {
-                reason: format!("{} is not assigned to cluster {cluster}", item.key),
-                key: item.key,
-            });
-            continue;
-        };
-        if assigned.binding_uid != item.binding_uid {
-            screened.rejected.push(RejectedItem {
-                reason: format!(
-                    "binding UID {} is not the one assigned to cluster {cluster} ({})",
-                    item.binding_uid, assigned.binding_uid
-                ),
+                reason,
                 key: item.key,
             });
             continue;
@@ -220,6 +214,7 @@ mod tests {
             observed_at: Time(Timestamp::from_second(1_780_000_000 + second).unwrap()),
             reset_generation: None,
             fenced: false,
+            gone: false,
         }
     }
 
@@ -269,6 +264,57 @@ mod tests {
         // another cluster's work is not this cluster's
         let screened = screen("m2", vec![item("a", "uid-a", 1)], &work, &mut taken);
         assert!(screened.forward.is_empty() && screened.rejected.len() == 1);
+    }
+
+    #[test]
+    fn a_gone_report_is_taken_only_for_an_awaited_purge_of_that_cluster_and_binding() {
+        let work = store();
+        work.withdraw_for_purge("m1", &key("a"), "uid-a");
+        let gone = |name: &str, uid: &str, second| WorkStatus {
+            applied: false,
+            observed: None,
+            gone: true,
+            ..item(name, uid, second)
+        };
+        let mut taken = TakenReports::new();
+        let screened = screen(
+            "m1",
+            vec![
+                gone("a", "uid-a", 1),
+                gone("a", "uid-forged", 1),
+                // b is assigned, not withdrawn: a gone report of it is refused
+                gone("b", "uid-b", 1),
+                // a's copy report: a is no longer assigned
+                item("a", "uid-a", 2),
+            ],
+            &work,
+            &mut taken,
+        );
+        assert_eq!(screened.forward, vec![gone("a", "uid-a", 1)]);
+        let reasons: Vec<&str> = screened
+            .rejected
+            .iter()
+            .map(|r| r.reason.as_str())
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "gone: binding UID uid-forged is not the one withdrawn from cluster m1 (uid-a)",
+                "gone: ml/b was not withdrawn from cluster m1 awaiting its purge",
+                "ml/a is not assigned to cluster m1",
+            ]
+        );
+        // another cluster cannot report m1's copy gone
+        let other = screen("m2", vec![gone("a", "uid-a", 3)], &work, &mut taken);
+        assert!(other.forward.is_empty());
+        assert_eq!(
+            other.rejected[0].reason,
+            "gone: ml/a was not withdrawn from cluster m2 awaiting its purge"
+        );
+        // once the purge is settled, a late gone report is refused
+        work.settle_purge("m1", &key("a"));
+        let late = screen("m1", vec![gone("a", "uid-a", 4)], &work, &mut taken);
+        assert!(late.forward.is_empty() && late.rejected.len() == 1);
     }
 
     #[test]

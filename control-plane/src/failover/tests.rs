@@ -1,5 +1,5 @@
 use super::*;
-use lifeboat_api::binding::InPlaceResetRecord;
+use lifeboat_api::binding::{InPlaceResetRecord, TargetCluster};
 use serde_json::{Value, json};
 
 fn at(second: i64) -> Time {
@@ -561,7 +561,7 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
     b.status.as_mut().unwrap().aggregated_status = vec![
         serde_json::from_value(json!({
         "clusterName": "a", "applied": false, "health": "Unknown",
-        "observedAt": at(105).0.to_string()}))
+        "observedAt": at(105).0.to_string(), "goneAt": at(105).0.to_string()}))
         .unwrap(),
     ];
     let (changes, _) = settle_at(&b, 120, &clusters, &[]);
@@ -578,10 +578,20 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
     early.status.as_mut().unwrap().aggregated_status = vec![
         serde_json::from_value(json!({
         "clusterName": "a", "applied": false, "health": "Unknown",
-        "observedAt": at(99).0.to_string()}))
+        "observedAt": at(99).0.to_string(), "goneAt": at(99).0.to_string()}))
         .unwrap(),
     ];
     assert!(settle_at(&early, 120, &clusters, &[]).0.is_empty());
+    // nor does a failed apply after it: the object may still run
+    let mut unapplied = with_task("Directly", json!({}));
+    unapplied.status.as_mut().unwrap().aggregated_status = vec![
+        serde_json::from_value(json!({
+        "clusterName": "a", "applied": false, "health": "Unknown",
+        "appliedMessage": "admission webhook denied the update",
+        "observedAt": at(105).0.to_string()}))
+        .unwrap(),
+    ];
+    assert!(settle_at(&unapplied, 120, &clusters, &[]).0.is_empty());
     // a cluster that will be fenced wakes the binding when it is
     let mut lost = clusters.clone();
     lost.get_mut("a").unwrap().fenced_at = Some(at(170));
@@ -652,9 +662,35 @@ fn the_newest_preserved_state_follows_every_later_copy() {
     let d = decide_at(&b, 1, &ready(&["a", "b"]));
     apply_evictions(&mut b.spec, &d.evictions, &at(1));
     assert_eq!(
-        preserved_labels(&b.spec),
-        BTreeMap::from([("ckpt".to_string(), "ckpt-42".to_string())])
+        b.spec.eviction_history[0].clusters_before_failover,
+        ["a", "b"]
     );
+    // b ran before the eviction: it keeps its copy as it is
+    assert!(preserved_labels(&b.spec, "b").is_empty());
+    // the copy made after it, in c, carries the checkpoint
+    b.spec.clusters.push(TargetCluster {
+        name: "c".into(),
+        replicas: 0,
+    });
+    let ckpt = BTreeMap::from([("ckpt".to_string(), "ckpt-42".to_string())]);
+    assert_eq!(preserved_labels(&b.spec, "c"), ckpt);
+    // the old copy in a (kept by a Gracefully task) is not placed: untouched
+    assert!(preserved_labels(&b.spec, "a").is_empty());
+    // the task settles: the record stays, and so do c's labels
+    b.spec.graceful_eviction_tasks.clear();
+    assert_eq!(preserved_labels(&b.spec, "c"), ckpt);
+    // a later eviction without preserved state does not take them away
+    b.spec.eviction_history.push(EvictionRecord {
+        cluster_name: "b".into(),
+        reason: "ClusterFailure".into(),
+        failure_class: None,
+        message: None,
+        evicted_at: at(5),
+        expires_at: None,
+        preserved_label_state: BTreeMap::new(),
+        clusters_before_failover: vec!["b".into(), "c".into()],
+    });
+    assert_eq!(preserved_labels(&b.spec, "c"), ckpt);
 }
 
 #[test]
@@ -667,6 +703,7 @@ fn history_keeps_the_newest_and_drops_expired_first() {
         evicted_at: at(i),
         expires_at: expires.map(at),
         preserved_label_state: BTreeMap::new(),
+        clusters_before_failover: Vec::new(),
     };
     let mut history: Vec<EvictionRecord> = (0..MAX_EVICTION_HISTORY as i64)
         .map(|i| record(i, None))

@@ -398,6 +398,7 @@ pub fn status_item(namespace: &str, name: &str, second: i64) -> WorkStatus {
         ),
         reset_generation: None,
         fenced: false,
+        gone: false,
     }
 }
 

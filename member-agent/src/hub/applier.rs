@@ -1,8 +1,15 @@
 //! Applying the hub's works in the member: server-side apply (field manager `lifeboat`, forced)
 //! of each work's manifest, labelled with its binding; deletion of what is no longer assigned
 //! (found by its binding labels, deleted only if the labels name that work, with a UID
-//! precondition); and, after a snapshot, the sweep that adopts what this agent created before a
-//! restart and removes what no longer has a work.
+//! precondition, in the foreground: the object stays until its dependents are gone); and,
+//! after a snapshot, the sweep that adopts what this agent created before a restart and removes
+//! what no longer has a work.
+//!
+//! A work withdrawn with a request to confirm its copy gone (a `Directly` eviction) is watched
+//! until its objects are no longer served, then reported gone. The foreground deletion makes
+//! that the moment its pods are gone from the API server too (an AppWrapper's finalizer waits for
+//! them as well). A work this agent does not know (it restarted since) is found by its binding
+//! labels.
 //!
 //! One worker applies works concurrently (a bounded number at a time, never two applies of the
 //! same work at once); a failed apply is reported to the hub (`applied: false` with the error)
@@ -38,6 +45,19 @@ use super::work::{Labelled, ManifestError, ObjectId, Prepared, key_of, orphans, 
 const RETRY_BASE: Duration = Duration::from_secs(1);
 /// Kinds listed at once by a sweep.
 const SWEEP_CONCURRENCY: usize = 4;
+/// How often a withdrawn copy the hub waits for is checked while it is being deleted.
+const GONE_POLL: Duration = Duration::from_millis(500);
+
+/// What [`Applier::delete_owned`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Deletion {
+    /// Not there (or its labels name another work, or its kind is gone).
+    Absent,
+    /// Deletion asked for now.
+    Requested,
+    /// Being deleted already (its finalizers and dependents are not done).
+    Pending,
+}
 
 /// Why one apply failed.
 #[derive(Debug, thiserror::Error)]
@@ -86,6 +106,24 @@ struct Slot {
     /// In-place resets done and in progress.
     reset: ResetState,
     backoff: Backoff,
+    /// Withdrawn, and the hub waits to hear the copy is gone: the binding UID to report under.
+    confirm: Option<String>,
+    /// The objects of a withdrawn work this agent did not know, found by their labels.
+    found: Option<Vec<ObjectId>>,
+}
+
+impl Slot {
+    fn new(max_backoff: Duration) -> Self {
+        Slot {
+            desired: None,
+            applied: None,
+            intended: None,
+            reset: ResetState::default(),
+            backoff: Backoff::new(RETRY_BASE, max_backoff),
+            confirm: None,
+            found: None,
+        }
+    }
 }
 
 /// What became of one pass over a work.
@@ -215,30 +253,42 @@ impl Applier {
             .with(|b| b.assign(&key, &work.binding_uid, work.revision));
         {
             let mut slots = self.lock();
-            let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
-                desired: None,
-                applied: None,
-                intended: None,
-                reset: ResetState::default(),
-                backoff: Backoff::new(RETRY_BASE, self.max_backoff),
-            });
+            let slot = slots
+                .entry(key.clone())
+                .or_insert_with(|| Slot::new(self.max_backoff));
             slot.desired = Some(Arc::from(work));
+            slot.confirm = None;
+            slot.found = None;
             slot.backoff.reset();
         }
         self.metrics.work_items.set(self.len() as i64);
         let _ = self.queue.send(key);
     }
 
-    /// The work is no longer assigned: its object goes.
-    pub fn remove(&self, key: &WorkKey) {
-        self.book.with(|b| b.remove(key));
-        let known = match self.lock().get_mut(key) {
-            Some(slot) => {
-                slot.desired = None;
-                slot.backoff.reset();
-                true
+    /// The work is no longer assigned: its object goes. With `confirm` (the binding UID) the hub
+    /// waits to hear the copy is gone: once its objects are no longer served it is reported so
+    /// (also for a work this agent does not know: it may have removed it before a restart).
+    pub fn remove(&self, key: &WorkKey, confirm: Option<String>) {
+        self.book.with(|b| b.withdraw(key, confirm.as_deref()));
+        let known = {
+            let mut slots = self.lock();
+            match slots.get_mut(key) {
+                Some(slot) => {
+                    slot.desired = None;
+                    slot.backoff.reset();
+                    if confirm.is_some() {
+                        slot.confirm = confirm;
+                    }
+                    true
+                }
+                None if confirm.is_some() => {
+                    let mut slot = Slot::new(self.max_backoff);
+                    slot.confirm = confirm;
+                    slots.insert(key.clone(), slot);
+                    true
+                }
+                None => false,
             }
-            None => false,
         };
         self.metrics.work_items.set(self.len() as i64);
         if known {
@@ -401,7 +451,10 @@ impl Applier {
                 tracing::debug!(object = %id, "applied");
                 if let Some(old) = applied.filter(|old| *old != id) {
                     // The manifest names another object now: the old one goes.
-                    match self.delete_owned(&old, key).await {
+                    match self
+                        .delete_owned(&old, key, PropagationPolicy::Background)
+                        .await
+                    {
                         Ok(_) => {
                             tracing::info!(object = %old, "deleted the object a renamed work made before")
                         }
@@ -489,7 +542,7 @@ impl Applier {
             },
             Step::Delete => {
                 tracing::info!(object = %target.id, generation = request.generation, pause_seconds = request.pause_seconds, "in-place reset: deleting the object");
-                self.delete_owned_with(&target.id, key, PropagationPolicy::Foreground)
+                self.delete_owned(&target.id, key, PropagationPolicy::Foreground)
                     .await
                     .map_err(|e| {
                         ApplyError::kube(format!("deleting {} for its reset", target.id), e)
@@ -585,7 +638,7 @@ impl Applier {
                 }
                 Suspension::Delete => {
                     tracing::warn!(object = %id, "fenced: deleted, its kind cannot be suspended (cluster failover purgeMode Directly, the hub is out of reach)");
-                    self.delete_owned(&id, key)
+                    self.delete_owned(&id, key, PropagationPolicy::Background)
                         .await
                         .map_err(|e| ApplyError::kube(format!("deleting {id} (fenced)"), e))?;
                     return Ok((id, resource));
@@ -624,15 +677,47 @@ impl Applier {
 
     async fn remove_objects(&self, key: &WorkKey, ids: [Option<ObjectId>; 2]) -> Outcome {
         let mut ids: Vec<ObjectId> = ids.into_iter().flatten().collect();
+        let (confirm, found) = self
+            .lock()
+            .get(key)
+            .map(|s| (s.confirm.clone(), s.found.clone()))
+            .unwrap_or_default();
+        if confirm.is_some() && ids.is_empty() {
+            // A work this agent does not know (it restarted since it had it): its objects, if
+            // any are left, carry its binding labels.
+            let found = match found {
+                Some(found) => found,
+                None => match self.find_labelled(key).await {
+                    Ok(found) => {
+                        if let Some(slot) = self.lock().get_mut(key) {
+                            slot.found = Some(found.clone());
+                        }
+                        found
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot list the objects of a withdrawn work");
+                        return self.retry_removal(key);
+                    }
+                },
+            };
+            ids = found;
+        }
+        ids.sort();
         ids.dedup();
         let mut failed = false;
+        let mut remaining = 0;
         for id in &ids {
-            match self.delete_owned(id, key).await {
-                Ok(true) => {
+            match self
+                .delete_owned(id, key, PropagationPolicy::Foreground)
+                .await
+            {
+                Ok(Deletion::Requested) => {
+                    remaining += 1;
                     self.metrics.applies.with_label_values(&["deleted"]).inc();
                     tracing::info!(object = %id, "deleted: no longer assigned to this cluster");
                 }
-                Ok(false) => {}
+                Ok(Deletion::Pending) => remaining += 1,
+                Ok(Deletion::Absent) => {}
                 Err(e) => {
                     failed = true;
                     self.metrics
@@ -643,55 +728,85 @@ impl Applier {
                 }
             }
         }
-        let mut slots = self.lock();
-        let Some(slot) = slots.get_mut(key) else {
-            return Outcome::Done;
+        let confirmed = {
+            let mut slots = self.lock();
+            let Some(slot) = slots.get_mut(key) else {
+                return Outcome::Done;
+            };
+            if slot.desired.is_some() {
+                // Assigned again meanwhile: the queue has it.
+                return Outcome::Done;
+            }
+            if failed {
+                return Outcome::Retry(slot.backoff.next_delay());
+            }
+            if slot.confirm.is_some() && remaining > 0 {
+                // The hub waits for the copy to be gone, not for its deletion to be asked.
+                return Outcome::Retry(GONE_POLL);
+            }
+            slots.remove(key).and_then(|s| s.confirm)
         };
-        if slot.desired.is_some() {
-            // Assigned again meanwhile: the queue has it.
-            return Outcome::Done;
+        if let Some(binding_uid) = confirmed {
+            tracing::info!(
+                objects = ids.len(),
+                "the withdrawn copy is gone: reporting it to the hub"
+            );
+            self.book.with(|b| b.gone(key, &binding_uid));
         }
-        if failed {
-            return Outcome::Retry(slot.backoff.next_delay());
-        }
-        slots.remove(key);
         Outcome::Done
     }
 
-    /// Deletes `id` if it exists and its binding labels name `key`; returns whether a deletion
-    /// was asked for.
-    async fn delete_owned(&self, id: &ObjectId, key: &WorkKey) -> Result<bool, kube::Error> {
-        self.delete_owned_with(id, key, PropagationPolicy::Background)
-            .await
+    fn retry_removal(&self, key: &WorkKey) -> Outcome {
+        Outcome::Retry(
+            self.lock()
+                .get_mut(key)
+                .map(|s| s.backoff.next_delay())
+                .unwrap_or(RETRY_BASE),
+        )
     }
 
-    /// [`Applier::delete_owned`] with this propagation (a reset deletes in the foreground:
-    /// the object goes after its dependents, so the re-created one never meets them).
-    async fn delete_owned_with(
+    /// The objects carrying the binding labels of `key`, of every kind the member serves.
+    async fn find_labelled(&self, key: &WorkKey) -> Result<Vec<ObjectId>, kube::Error> {
+        let selector = format!(
+            "{LABEL_BINDING_NAMESPACE}={},{LABEL_BINDING_NAME}={}",
+            key.namespace, key.name
+        );
+        Ok(self
+            .list_labelled(&selector)
+            .await?
+            .into_iter()
+            .filter(|o| o.key == *key)
+            .map(|o| o.id)
+            .collect())
+    }
+
+    /// Deletes `id` if it exists and its binding labels name `key` (UID precondition), with
+    /// `propagation`; says whether it was there.
+    async fn delete_owned(
         &self,
         id: &ObjectId,
         key: &WorkKey,
         propagation: PropagationPolicy,
-    ) -> Result<bool, kube::Error> {
+    ) -> Result<Deletion, kube::Error> {
         let snapshot = self.catalog.snapshot().await?;
         let Some((resource, _)) = snapshot.resolve_group_kind(&id.group, &id.kind) else {
             // The kind is gone, and its objects with it.
-            return Ok(false);
+            return Ok(Deletion::Absent);
         };
         let api: Api<DynamicObject> = match &id.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
         };
         let Some(object) = api.get_opt(&id.name).await? else {
-            return Ok(false);
+            return Ok(Deletion::Absent);
         };
         let owner = object.metadata.labels.as_ref().and_then(key_of);
         if owner.as_ref() != Some(key) {
             tracing::info!(object = %id, "not deleted: its binding labels name another work");
-            return Ok(false);
+            return Ok(Deletion::Absent);
         }
         if object.metadata.deletion_timestamp.is_some() {
-            return Ok(true);
+            return Ok(Deletion::Pending);
         }
         let params = DeleteParams {
             propagation_policy: Some(propagation),
@@ -702,9 +817,11 @@ impl Applier {
             ..Default::default()
         };
         match api.delete(&id.name, &params).await {
-            Ok(_) => Ok(true),
-            // Gone meanwhile, or replaced by another object of the same name.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Ok(_) => Ok(Deletion::Requested),
+            // Gone meanwhile.
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Deletion::Absent),
+            // Replaced by another object of the same name: looked at again on the next pass.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(Deletion::Pending),
             Err(e) => Err(e),
         }
     }
@@ -730,11 +847,56 @@ impl Applier {
                 (key.clone(), id)
             })
             .collect();
-        let selector = format!("{LABEL_BINDING_NAMESPACE},{LABEL_BINDING_NAME}");
+        let found = self
+            .list_labelled(&format!("{LABEL_BINDING_NAMESPACE},{LABEL_BINDING_NAME}"))
+            .await?;
+        let orphaned = orphans(&assigned, &found);
+        let adopted = found.len() - orphaned.len();
+        let mut deleted = 0;
+        for id in orphaned {
+            let Some(key) = found.iter().find(|o| o.id == id).map(|o| o.key.clone()) else {
+                continue;
+            };
+            match self
+                .delete_owned(&id, &key, PropagationPolicy::Foreground)
+                .await
+            {
+                Ok(Deletion::Requested) => {
+                    deleted += 1;
+                    self.metrics.applies.with_label_values(&["deleted"]).inc();
+                    tracing::info!(object = %id, work = %key, "deleted: its work is no longer assigned to this cluster");
+                }
+                Ok(Deletion::Pending | Deletion::Absent) => {}
+                Err(e) => {
+                    self.metrics
+                        .applies
+                        .with_label_values(&["delete_failed"])
+                        .inc();
+                    tracing::warn!(object = %id, error = %e, "sweep: cannot delete")
+                }
+            }
+        }
+        tracing::info!(
+            works = keys.len(),
+            labelled = found.len(),
+            adopted,
+            deleted,
+            "snapshot applied: objects of other works removed"
+        );
+        Ok(deleted)
+    }
+
+    /// Every object with labels matching `selector`, of every kind the member serves and the
+    /// agent may list, with the work its binding labels name.
+    async fn list_labelled(&self, selector: &str) -> Result<Vec<Labelled>, kube::Error> {
+        let snapshot = self
+            .catalog
+            .refresh_if_older(Duration::from_secs(30))
+            .await?;
         let lists = futures::stream::iter(snapshot.sweepable())
             .map(|(resource, caps)| {
                 let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-                let params = ListParams::default().labels(&selector);
+                let params = ListParams::default().labels(selector);
                 async move {
                     let listed = api.list_metadata(&params).await;
                     (resource, caps, listed)
@@ -749,7 +911,7 @@ impl Applier {
                 Ok(list) => list,
                 Err(e) => {
                     // A kind the agent may not list is a kind it could not have applied.
-                    tracing::debug!(kind = %resource.kind, group = %resource.group, error = %e, "sweep: cannot list");
+                    tracing::debug!(kind = %resource.kind, group = %resource.group, error = %e, "cannot list labelled objects");
                     continue;
                 }
             };
@@ -772,43 +934,13 @@ impl Applier {
                 });
             }
         }
-        let orphaned = orphans(&assigned, &found);
-        let adopted = found.len() - orphaned.len();
-        let mut deleted = 0;
-        for id in orphaned {
-            let Some(key) = found.iter().find(|o| o.id == id).map(|o| o.key.clone()) else {
-                continue;
-            };
-            match self.delete_owned(&id, &key).await {
-                Ok(true) => {
-                    deleted += 1;
-                    self.metrics.applies.with_label_values(&["deleted"]).inc();
-                    tracing::info!(object = %id, work = %key, "deleted: its work is no longer assigned to this cluster");
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    self.metrics
-                        .applies
-                        .with_label_values(&["delete_failed"])
-                        .inc();
-                    tracing::warn!(object = %id, error = %e, "sweep: cannot delete")
-                }
-            }
-        }
-        tracing::info!(
-            works = keys.len(),
-            labelled = found.len(),
-            adopted,
-            deleted,
-            "snapshot applied: objects of other works removed"
-        );
-        Ok(deleted)
+        Ok(found)
     }
 
     /// The hub deleted this cluster: every work and every object with binding labels goes.
     pub async fn remove_everything(&self) -> Result<usize, kube::Error> {
         for key in self.keys() {
-            self.remove(&key);
+            self.remove(&key, None);
         }
         self.sweep(&BTreeSet::new()).await
     }

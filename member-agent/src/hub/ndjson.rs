@@ -93,6 +93,8 @@ mod tests {
                 name: name.into(),
             },
             revision,
+            binding_uid: String::new(),
+            confirm_gone: false,
         }
     }
 

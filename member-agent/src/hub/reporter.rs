@@ -203,6 +203,7 @@ pub async fn run_batcher(
             match result {
                 Ok(response) => {
                     backoff.reset();
+                    book.with(|b| b.answered(&batch));
                     metrics.status_reports.with_label_values(&["ok"]).inc();
                     tracing::debug!(
                         items,

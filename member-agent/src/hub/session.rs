@@ -392,7 +392,7 @@ async fn stream_work(
 async fn handle(step: Step, applier: &Applier, book: &SharedBook) {
     match step {
         Step::Apply(work) => applier.upsert(work),
-        Step::Remove(key) => applier.remove(&key),
+        Step::Remove { key, confirm } => applier.remove(&key, confirm),
         Step::SnapshotComplete { keys } => complete_snapshot(keys, applier, book).await,
         Step::Nothing => {}
     }
@@ -404,7 +404,7 @@ async fn handle(step: Step, applier: &Applier, book: &SharedBook) {
 async fn complete_snapshot(keys: BTreeSet<WorkKey>, applier: &Applier, book: &SharedBook) {
     for key in applier.keys() {
         if !keys.contains(&key) {
-            applier.remove(&key);
+            applier.remove(&key, None);
         }
     }
     if let Err(e) = applier.sweep(&keys).await {

@@ -6,6 +6,11 @@
 //! of `metav1.Time`) and strictly increases per work (the hub refuses an older report and
 //! ignores an equal one as a replay): a work reported in the current second waits for the
 //! next.
+//!
+//! A work withdrawn with a request to confirm its copy gone (a `Directly` eviction) is kept as a
+//! purge until the hub answered its gone report: the report is sent once the applier saw the
+//! object gone, again when a batch carrying it fails or after a snapshot (reconnect, new hub
+//! term), and dropped once a hub answered it (taken or refused).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -70,12 +75,26 @@ struct Entry {
     last_sent: Option<i64>,
 }
 
+/// A withdrawn work whose copy the hub waits to hear is gone.
+#[derive(Debug, Clone)]
+struct Purge {
+    binding_uid: String,
+    /// The applier saw the object gone: the gone report is due.
+    gone: bool,
+    /// The second of the last report sent of this work: the gone report must be later.
+    last_sent: Option<i64>,
+    /// How many times the hub asked (a new ask after a report was taken for sending asks again).
+    asked: u64,
+}
+
 /// One batch taken for sending.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
     pub report: StatusReport,
     /// The second every item's `observedAt` says.
     pub second: i64,
+    /// The purges whose gone report the batch carries, with the ask each answers.
+    pub purges: Vec<(WorkKey, u64)>,
 }
 
 /// The latest state of every work, and what is left to report.
@@ -93,6 +112,10 @@ pub struct StatusBook {
     /// agent may have reported in it, and the hub ignores a report whose `observedAt` equals
     /// the last one it took.
     floor: Option<i64>,
+    /// Withdrawn works whose copy the hub waits to hear is gone.
+    purges: BTreeMap<WorkKey, Purge>,
+    /// Purges whose gone report is due.
+    gone_due: BTreeSet<WorkKey>,
 }
 
 impl StatusBook {
@@ -107,6 +130,9 @@ impl StatusBook {
 
     /// A new revision of a work arrived (to be applied).
     pub fn assign(&mut self, key: &WorkKey, binding_uid: &str, revision: i64) {
+        // Wanted here again: no longer a copy to report gone.
+        self.purges.remove(key);
+        self.gone_due.remove(key);
         let entry = self.works.entry(key.clone()).or_insert_with(|| Entry {
             binding_uid: binding_uid.to_string(),
             revision,
@@ -161,6 +187,49 @@ impl StatusBook {
         self.dirty.remove(key);
     }
 
+    /// The work is no longer assigned; with `confirm` (the binding UID) the hub waits to hear
+    /// that its copy is gone ([`StatusBook::gone`] once it is).
+    pub fn withdraw(&mut self, key: &WorkKey, confirm: Option<&str>) {
+        let last_sent = self.works.get(key).and_then(|e| e.last_sent);
+        self.remove(key);
+        let Some(binding_uid) = confirm else {
+            return;
+        };
+        self.gone_due.remove(key);
+        let purge = self.purges.entry(key.clone()).or_insert_with(|| Purge {
+            binding_uid: binding_uid.to_string(),
+            gone: false,
+            last_sent: None,
+            asked: 0,
+        });
+        if purge.binding_uid != binding_uid {
+            purge.binding_uid = binding_uid.to_string();
+            purge.last_sent = None;
+        }
+        // Asked (again): the applier confirms the absence anew.
+        purge.gone = false;
+        purge.asked += 1;
+        purge.last_sent = purge.last_sent.max(last_sent);
+    }
+
+    /// The applier saw the copy of a purge gone (deleted and no longer served): its gone
+    /// report is due. Ignored for a purge of another binding or none.
+    pub fn gone(&mut self, key: &WorkKey, binding_uid: &str) {
+        if let Some(purge) = self
+            .purges
+            .get_mut(key)
+            .filter(|p| p.binding_uid == binding_uid)
+        {
+            purge.gone = true;
+            self.gone_due.insert(key.clone());
+        }
+    }
+
+    /// Purges waiting for their gone report to be answered.
+    pub fn purges(&self) -> usize {
+        self.purges.len()
+    }
+
     /// A watch saw an object with binding labels change (`Some`) or go (`None`).
     pub fn observe(&mut self, id: ObjectId, seen: Option<(WorkKey, Value)>) {
         let changed = match &seen {
@@ -203,12 +272,19 @@ impl StatusBook {
     /// After a snapshot: report every work again, the first batch marked full.
     pub fn request_full(&mut self, now_second: i64) {
         self.dirty.extend(self.works.keys().cloned());
+        // Gone reports no hub answered yet go again (the hub may be a new term).
+        self.gone_due.extend(
+            self.purges
+                .iter()
+                .filter(|(_, p)| p.gone)
+                .map(|(k, _)| k.clone()),
+        );
         self.full_since = Some(now_second);
     }
 
-    /// How many works wait to be reported.
+    /// How many works (and gone copies) wait to be reported.
     pub fn backlog(&self) -> usize {
-        self.dirty.len()
+        self.dirty.len() + self.gone_due.len()
     }
 
     pub fn len(&self) -> usize {
@@ -257,11 +333,44 @@ impl StatusBook {
             .take(max.max(1))
             .cloned()
             .collect();
-        if keys.is_empty() && !full {
+        let room = max.max(1).saturating_sub(keys.len());
+        let gone: Vec<WorkKey> = self
+            .gone_due
+            .iter()
+            .filter(|k| {
+                self.purges
+                    .get(*k)
+                    .is_some_and(|p| p.gone && p.last_sent.is_none_or(|s| s < now_second))
+            })
+            .take(room)
+            .cloned()
+            .collect();
+        if keys.is_empty() && gone.is_empty() && !full {
             return None;
         }
         let observed_at = Time(Timestamp::from_second(now_second).unwrap_or(Timestamp::UNIX_EPOCH));
-        let mut items = Vec::with_capacity(keys.len());
+        let mut items = Vec::with_capacity(keys.len() + gone.len());
+        let mut purges = Vec::with_capacity(gone.len());
+        for key in gone {
+            self.gone_due.remove(&key);
+            let Some(purge) = self.purges.get_mut(&key) else {
+                continue;
+            };
+            purge.last_sent = Some(now_second);
+            purges.push((key.clone(), purge.asked));
+            items.push(WorkStatus {
+                key,
+                binding_uid: purge.binding_uid.clone(),
+                revision: 0,
+                applied: false,
+                applied_message: None,
+                observed: None,
+                observed_at: observed_at.clone(),
+                reset_generation: None,
+                fenced: false,
+                gone: true,
+            });
+        }
         for key in keys {
             self.dirty.remove(&key);
             let Some(entry) = self.works.get_mut(&key) else {
@@ -286,13 +395,26 @@ impl StatusBook {
                 observed,
                 observed_at: observed_at.clone(),
                 fenced: false,
+                gone: false,
             });
         }
         self.full_since = None;
         Some(Batch {
             report: StatusReport { items, full },
             second: now_second,
+            purges,
         })
+    }
+
+    /// A hub answered the batch: its gone reports are done with (taken, or refused: that hub
+    /// does not wait for them), unless the hub asked again since the batch was taken.
+    pub fn answered(&mut self, batch: &Batch) {
+        for (key, asked) in &batch.purges {
+            if self.purges.get(key).is_some_and(|p| p.asked == *asked) {
+                self.purges.remove(key);
+                self.gone_due.remove(key);
+            }
+        }
     }
 
     /// A batch did not reach the hub: its works are reported again (their latest state, at a
@@ -301,6 +423,11 @@ impl StatusBook {
         for item in &batch.report.items {
             if self.works.contains_key(&item.key) {
                 self.dirty.insert(item.key.clone());
+            }
+        }
+        for (key, _) in &batch.purges {
+            if self.purges.get(key).is_some_and(|p| p.gone) {
+                self.gone_due.insert(key.clone());
             }
         }
         if batch.report.full && self.full_since.is_none() {
@@ -508,6 +635,85 @@ mod tests {
         book.observe(id("a"), seen("a", 3));
         assert_eq!(book.take(103, 500), None);
         assert!(book.is_empty());
+    }
+
+    fn gone_items(batch: &Batch) -> Vec<String> {
+        batch
+            .report
+            .items
+            .iter()
+            .filter(|i| i.gone)
+            .map(|i| format!("{}:{}", i.key.name, i.binding_uid))
+            .collect()
+    }
+
+    #[test]
+    fn a_withdrawn_copy_is_reported_gone_once_seen_gone_and_after_its_last_report() {
+        let mut book = StatusBook::default();
+        book.assign(&key("a"), "uid-a", 1);
+        book.applied(&key("a"), 1, Ok(id("a")));
+        assert!(book.take(100, 500).is_some());
+        book.withdraw(&key("a"), Some("uid-a"));
+        assert_eq!(book.take(100, 500), None, "not seen gone yet");
+        // another binding's copy of that name is not this purge
+        book.gone(&key("a"), "uid-other");
+        assert_eq!(book.take(100, 500), None);
+        book.gone(&key("a"), "uid-a");
+        assert_eq!(book.backlog(), 1);
+        // a was reported at 100: the gone report waits for the next second
+        assert_eq!(book.take(100, 500), None);
+        let batch = book.take(101, 500).expect("gone report");
+        assert_eq!(gone_items(&batch), ["a:uid-a"]);
+        let item = &batch.report.items[0];
+        assert!(!item.applied && item.observed.is_none());
+        assert_eq!(item.observed_at.0.as_second(), 101);
+        // sent, not answered: kept, not sent again on its own
+        assert_eq!(book.take(102, 500), None);
+        assert_eq!(book.purges(), 1);
+        book.answered(&batch);
+        assert_eq!(book.purges(), 0);
+        // a plain withdrawal is not reported at all
+        book.assign(&key("b"), "uid-b", 1);
+        book.applied(&key("b"), 1, Ok(id("b")));
+        book.take(103, 500);
+        book.withdraw(&key("b"), None);
+        book.gone(&key("b"), "uid-b");
+        assert_eq!(book.take(104, 500), None);
+        assert!(book.is_empty());
+    }
+
+    #[test]
+    fn an_unanswered_gone_report_goes_again_after_a_failure_or_a_snapshot() {
+        let mut book = StatusBook::default();
+        // after a restart the agent does not know the work: the purge alone is enough
+        book.withdraw(&key("a"), Some("uid-a"));
+        book.gone(&key("a"), "uid-a");
+        let first = book.take(100, 500).expect("gone report");
+        book.failed(&first);
+        let again = book.take(101, 500).expect("after the failure");
+        assert_eq!(gone_items(&again), ["a:uid-a"]);
+        // the hub restarted meanwhile: its snapshot asks again; the answer of the old hub does
+        // not settle the new ask
+        book.withdraw(&key("a"), Some("uid-a"));
+        book.answered(&again);
+        assert_eq!(book.purges(), 1);
+        assert_eq!(book.take(102, 500), None, "to be confirmed gone again");
+        book.gone(&key("a"), "uid-a");
+        let third = book.take(102, 500).expect("the new ask answered");
+        // no answer (the connection broke), then a snapshot: it goes once more
+        book.request_full(103);
+        let full = book.take(103, 500).expect("full");
+        assert!(full.report.full);
+        assert_eq!(gone_items(&full), ["a:uid-a"]);
+        book.answered(&third);
+        book.answered(&full);
+        assert_eq!(book.purges(), 0);
+        // assigned here again before the report: no longer gone
+        book.withdraw(&key("c"), Some("uid-c"));
+        book.gone(&key("c"), "uid-c");
+        book.assign(&key("c"), "uid-c", 2);
+        assert_eq!(book.purges(), 0);
+        assert_eq!(book.backlog(), 0);
     }
 
     #[test]

@@ -168,8 +168,12 @@ pub fn key_of(labels: &BTreeMap<String, String>) -> Option<WorkKey> {
 pub enum Step {
     /// Create or update this work.
     Apply(Box<Work>),
-    /// This work is no longer assigned: remove its object.
-    Remove(WorkKey),
+    /// This work is no longer assigned: remove its object. With `confirm` (the binding UID), the
+    /// hub waits for the copy to be reported gone once it no longer exists.
+    Remove {
+        key: WorkKey,
+        confirm: Option<String>,
+    },
     /// A snapshot is complete: `keys` is everything assigned; every other work goes.
     SnapshotComplete { keys: BTreeSet<WorkKey> },
     /// Nothing to do (a bookmark, the start of a snapshot, caught up).
@@ -231,14 +235,27 @@ impl StreamState {
                 }
                 Ok(Step::Apply(work))
             }
-            WorkEvent::Delete { key, revision } => {
+            WorkEvent::Delete {
+                key,
+                revision,
+                binding_uid,
+                confirm_gone,
+            } => {
+                if confirm_gone && binding_uid.is_empty() {
+                    return Err(ProtocolError(format!(
+                        "Delete of {key} asks to confirm the copy gone without a binding UID"
+                    )));
+                }
                 match &mut self.snapshot {
                     Some((_, keys)) => {
                         keys.remove(&key);
                     }
                     None => self.advance(revision),
                 }
-                Ok(Step::Remove(key))
+                Ok(Step::Remove {
+                    key,
+                    confirm: confirm_gone.then_some(binding_uid),
+                })
             }
             WorkEvent::Synced { epoch, revision } => match self.snapshot.take() {
                 Some((snapshot_epoch, keys)) => {
@@ -372,9 +389,14 @@ mod tests {
         assert_eq!(
             s.on_event(WorkEvent::Delete {
                 key: key("a"),
-                revision: 9
+                revision: 9,
+                binding_uid: "uid-a".into(),
+                confirm_gone: false,
             }),
-            Ok(Step::Remove(key("a")))
+            Ok(Step::Remove {
+                key: key("a"),
+                confirm: None
+            })
         );
         assert_eq!(s.on_event(WorkEvent::Bookmark), Ok(Step::Nothing));
         assert_eq!(s.cursor(), cursor("e1", 9).as_ref());
@@ -452,8 +474,23 @@ mod tests {
         s.on_event(WorkEvent::Delete {
             key: key("a"),
             revision: 2,
+            binding_uid: String::new(),
+            confirm_gone: false,
         })
         .expect("delete");
+        // A purge the hub waits for (after the full set): the agent confirms the copy gone.
+        assert_eq!(
+            s.on_event(WorkEvent::Delete {
+                key: key("b"),
+                revision: 1,
+                binding_uid: "uid-b".into(),
+                confirm_gone: true,
+            }),
+            Ok(Step::Remove {
+                key: key("b"),
+                confirm: Some("uid-b".into())
+            })
+        );
         let done = s
             .on_event(WorkEvent::Synced {
                 epoch: "e1".into(),
@@ -466,6 +503,16 @@ mod tests {
                 keys: BTreeSet::new()
             }
         );
+        // A confirmation cannot name no binding.
+        let err = s
+            .on_event(WorkEvent::Delete {
+                key: key("c"),
+                revision: 3,
+                binding_uid: String::new(),
+                confirm_gone: true,
+            })
+            .unwrap_err();
+        assert!(err.0.contains("ml/c"), "{err}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent;
@@ -182,7 +182,7 @@ pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
     Ok(format!("sqlite://{}", path.display()))
 }
 
-/// The binding of template `name` (in the namespace of `bindings`) on the hub.
+/// The binding of template `name` on the hub (listed from `bindings`).
 pub async fn binding_of(
     bindings: &Api<ResourceBinding>,
     name: &str,
@@ -238,4 +238,117 @@ pub async fn two_agents(
         ctx.namespace(cluster).await?;
     }
     Ok(agents)
+}
+
+/// Pods that hold or may hold resources (not Succeeded or Failed).
+pub fn live(pods: &[Pod]) -> usize {
+    pods.iter()
+        .filter(|p| {
+            !matches!(
+                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                Some("Succeeded" | "Failed")
+            )
+        })
+        .count()
+}
+
+/// Fails the AppWrapper `name`'s pods in `member` on broken nodes: waits for its pods to be on
+/// a node, makes those nodes NotReady, then fails the pods (an Infrastructure failure; with
+/// retryLimit 0 the AppWrapper goes Failed). Returns the nodes, for [`repair_nodes`].
+pub async fn fail_on_broken_nodes(
+    ctx: &TestContext,
+    member: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<String>, TestError> {
+    let client = ctx.client(member).await?;
+    let pods = wait::until(&format!("{name}'s pod on a node"), T, || async {
+        let pods: Vec<Pod> = super::pods_of(ctx, member, name)
+            .await
+            .map_err(|e| e.to_string())?;
+        if pods
+            .iter()
+            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        {
+            Ok(pods)
+        } else {
+            Err("no pod on a node yet".to_string())
+        }
+    })
+    .await?;
+    let nodes: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .collect();
+    for node in &nodes {
+        lifeboat_e2e::faults::set_node_ready(&client, node, false).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for pod in &pods {
+        let pod = pod.metadata.name.clone().unwrap_or_default();
+        match lifeboat_e2e::faults::fail_pod(&client, namespace, &pod, 1).await {
+            Ok(()) => {}
+            // The agent may have seen the NotReady node first and failed the AppWrapper, which
+            // deletes its pods: the fault is in already.
+            Err(e) if e.to_string().contains("NotFound") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(nodes)
+}
+
+/// Makes the nodes [`fail_on_broken_nodes`] broke Ready again, and waits until they are Ready
+/// without a `node.kubernetes.io/` condition taint (until then a new pod scheduled there would
+/// fail at once).
+pub async fn repair_nodes(
+    ctx: &TestContext,
+    member: &str,
+    nodes: &[String],
+) -> Result<(), TestError> {
+    let client = ctx.client(member).await?;
+    let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for node in nodes {
+        lifeboat_e2e::faults::set_node_ready(&client, node, true).await?;
+        wait::until(&format!("node {node} Ready again"), T, || async {
+            let n = api.get(node).await.map_err(|e| e.to_string())?;
+            let ready = n
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .map(|c| c.status.clone());
+            let tainted: Vec<String> = n
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .map(|t| {
+                    t.iter()
+                        .filter(|t| t.key.starts_with("node.kubernetes.io/"))
+                        .map(|t| t.key.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if ready.as_deref() == Some("True") && tainted.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("Ready {ready:?}, taints {tainted:?}"))
+            }
+        })
+        .await?;
+    }
+    Ok(())
+}
+
+/// The AppWrapper `name`'s phase, `None` when it does not exist.
+pub async fn phase_in(api: &Api<DynamicObject>, name: &str) -> Result<Option<String>, String> {
+    Ok(api
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .map(|aw| {
+            aw.data["status"]["phase"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        }))
 }
