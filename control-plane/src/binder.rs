@@ -176,6 +176,27 @@ pub struct Binder {
     status_view: Option<SharedState>,
     /// Ledger, Events and metrics of placements and failovers.
     recorder: Option<FailoverRecorder>,
+    /// What decisions read of each Cluster last time ([`decision_fingerprint`]).
+    cluster_fingerprints: Mutex<HashMap<String, u64>>,
+}
+
+/// A hash of everything placement and failover read of a Cluster: all of it but the heartbeat
+/// time and the object's bookkeeping (resourceVersion, managed fields). Heartbeats move
+/// `lastHeartbeatTime` every quarter lease; with 100 clusters, re-looking at their bindings each
+/// time cost most of the binder's work.
+pub fn decision_fingerprint(cluster: &Cluster) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut seen = cluster.clone();
+    seen.metadata.resource_version = None;
+    seen.metadata.managed_fields = None;
+    if let Some(status) = seen.status.as_mut() {
+        status.last_heartbeat_time = None;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&seen)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 /// A binding whose status is on its way is looked at again after this long.
@@ -236,6 +257,7 @@ impl Binder {
             deciding: AtomicBool::new(true),
             status_view: None,
             recorder: None,
+            cluster_fingerprints: Mutex::new(HashMap::new()),
         }
     }
 
@@ -314,6 +336,48 @@ impl Binder {
         for key in self.caches.templates.keys() {
             self.queue.add(key);
         }
+    }
+
+    /// Queues the templates of one namespace (a PropagationPolicy there changed: it selects
+    /// only templates of its own namespace).
+    pub fn queue_namespace(&self, namespace: &str) {
+        for key in self
+            .caches
+            .templates
+            .keys()
+            .into_iter()
+            .filter(|k| k.namespace == namespace)
+        {
+            self.queue.add(key);
+        }
+    }
+
+    /// A Cluster was updated: its bindings are looked at again when something a decision reads
+    /// changed (not for a heartbeat that only moved `lastHeartbeatTime`). Returns whether it
+    /// queued them.
+    pub fn cluster_changed(&self, cluster: &Cluster) -> bool {
+        let name = cluster.name_any();
+        let fingerprint = decision_fingerprint(cluster);
+        let previous = self
+            .cluster_fingerprints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.clone(), fingerprint);
+        if previous == Some(fingerprint) {
+            return false;
+        }
+        self.queue_for_cluster_change(&name);
+        true
+    }
+
+    /// A Cluster was deleted: its bindings are looked at again.
+    pub fn cluster_deleted(&self, cluster: &Cluster) {
+        let name = cluster.name_any();
+        self.cluster_fingerprints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&name);
+        self.queue_for_cluster_change(&name);
     }
 
     /// Queues the templates whose binding is not scheduled, is placed on `cluster`, or is
@@ -1247,6 +1311,33 @@ mod tests {
             );
         }
         b
+    }
+
+    #[test]
+    fn a_heartbeat_that_only_moves_its_time_changes_no_decision_input() {
+        let mut c = (*member("a", None)).clone();
+        let before = decision_fingerprint(&c);
+        c.metadata.resource_version = Some("42".into());
+        if let Some(s) = c.status.as_mut() {
+            s.last_heartbeat_time = Some(at(30));
+        }
+        assert_eq!(decision_fingerprint(&c), before);
+        // The inventory, the Ready condition, taints and labels are decision inputs.
+        let mut noticed = c.clone();
+        if let Some(s) = noticed.status.as_mut() {
+            s.node_groups =
+                serde_json::from_value(json!([{"count": 1, "free": {"nvidia.com/gpu": "8"}}]))
+                    .unwrap();
+        }
+        assert_ne!(decision_fingerprint(&noticed), before);
+        let mut lost = c.clone();
+        if let Some(s) = lost.status.as_mut() {
+            s.conditions[0].status = "Unknown".into();
+        }
+        assert_ne!(decision_fingerprint(&lost), before);
+        let mut labelled = c.clone();
+        labelled.metadata.labels = Some([("region".to_string(), "eu".to_string())].into());
+        assert_ne!(decision_fingerprint(&labelled), before);
     }
 
     #[test]

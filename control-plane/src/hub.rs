@@ -383,8 +383,11 @@ async fn lead(
             move |event| {
                 let Some(binder) = slot.get() else { return };
                 match event {
-                    watcher::Event::Apply(c) | watcher::Event::Delete(c) => binder
-                        .queue_for_cluster_change(&c.metadata.name.clone().unwrap_or_default()),
+                    // A heartbeat that only moves `lastHeartbeatTime` changes no decision.
+                    watcher::Event::Apply(c) => {
+                        binder.cluster_changed(c);
+                    }
+                    watcher::Event::Delete(c) => binder.cluster_deleted(c),
                     watcher::Event::InitDone => binder.queue_all(),
                     _ => {}
                 }
@@ -765,11 +768,22 @@ impl PhaseGauge {
     }
 }
 
-/// A policy changed: rebuild the index and bind every template again.
-fn policy_changed<K>(slot: &std::sync::OnceLock<Arc<Binder>>, event: &watcher::Event<K>) {
+/// A policy changed: rebuild the index and bind again the templates it may select or have
+/// selected (a PropagationPolicy: those of its namespace; a ClusterPropagationPolicy: all).
+fn policy_changed<K: kube::Resource>(
+    slot: &std::sync::OnceLock<Arc<Binder>>,
+    event: &watcher::Event<K>,
+) {
     let Some(binder) = slot.get() else { return };
     match event {
-        watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone => {
+        watcher::Event::Apply(policy) | watcher::Event::Delete(policy) => {
+            binder.refresh_policies();
+            match policy.meta().namespace.as_deref() {
+                Some(namespace) => binder.queue_namespace(namespace),
+                None => binder.queue_all(),
+            }
+        }
+        watcher::Event::InitDone => {
             binder.refresh_policies();
             binder.queue_all();
         }
