@@ -114,6 +114,7 @@ pub fn ready_state(health: ClusterHealth) -> &'static str {
     match health {
         ClusterHealth::Ready => "Ready",
         ClusterHealth::Unreachable | ClusterHealth::NotRegistered => "Unknown",
+        ClusterHealth::MemberApiUnreachable => "NotReady",
     }
 }
 
@@ -364,5 +365,6 @@ mod tests {
             Some(ClusterHealth::NotRegistered.reason())
         );
         assert_eq!(ready_state(ClusterHealth::Ready), "Ready");
+        assert_eq!(ready_state(ClusterHealth::MemberApiUnreachable), "NotReady");
     }
 }
