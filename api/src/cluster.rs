@@ -16,17 +16,21 @@ pub use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 pub const GROUP: &str = "cluster.lifeboat.dev";
 pub const VERSION: &str = "v1alpha1";
 
-/// Condition type: the agent's lease is fresh.
+/// Condition type: the agent's lease is fresh and the agent reaches its member's kube-apiserver.
 pub const CONDITION_READY: &str = "Ready";
 /// Ready reasons.
 pub const REASON_CLUSTER_READY: &str = "ClusterReady";
 pub const REASON_LEASE_EXPIRED: &str = "ClusterStatusUnknown";
 pub const REASON_NOT_REGISTERED: &str = "AgentNotRegistered";
+/// `Ready=False`: the agent renews its lease but reports that the member's kube-apiserver has
+/// not answered it for its bound.
+pub const REASON_MEMBER_API_UNREACHABLE: &str = "MemberAPIUnreachable";
 
 /// Taint the hub puts on a cluster whose agent lease expired (NoSchedule), lifted when the
 /// lease is renewed.
 pub const TAINT_UNREACHABLE: &str = "cluster.lifeboat.dev/unreachable";
-/// Taint the hub puts on a cluster that reports itself not ready (NoSchedule).
+/// Taint the hub puts on a cluster that reports itself not ready (NoSchedule): its agent says
+/// the member's kube-apiserver does not answer.
 pub const TAINT_NOT_READY: &str = "cluster.lifeboat.dev/not-ready";
 
 /// Namespace on the hub that holds the agents' leases and credentials.

@@ -104,6 +104,13 @@ pub struct HeartbeatRequest {
     /// period (reported once it is back).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced: Vec<WorkKey>,
+    /// How long the member cluster's kube-apiserver has not answered the agent, in whole
+    /// seconds; sent only once that reached the agent's bound (`--member-api-timeout`), absent
+    /// while it answers. The hub then marks the Cluster `Ready=False`
+    /// ([`crate::cluster::REASON_MEMBER_API_UNREACHABLE`]): the agent reaches the hub but can do
+    /// nothing in its cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub member_api_unreachable_seconds: Option<u64>,
 }
 
 /// What the hub says back to a heartbeat.
@@ -359,6 +366,31 @@ mod tests {
             "revision": 0, "applied": false, "observedAt": "2026-11-23T10:00:00Z", "gone": true}))
         .unwrap();
         assert!(item.gone && !item.applied && item.observed.is_none());
+    }
+
+    #[test]
+    fn a_heartbeat_names_an_unanswering_member_api_only_when_there_is_one() {
+        let quiet = HeartbeatRequest {
+            identity: "agent-0".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&quiet).unwrap(),
+            json!({"identity": "agent-0"})
+        );
+        let silent = HeartbeatRequest {
+            member_api_unreachable_seconds: Some(31),
+            ..quiet
+        };
+        let wire = serde_json::to_value(&silent).unwrap();
+        assert_eq!(
+            wire,
+            json!({"identity": "agent-0", "memberApiUnreachableSeconds": 31})
+        );
+        assert_eq!(
+            serde_json::from_value::<HeartbeatRequest>(wire).unwrap(),
+            silent
+        );
     }
 
     #[test]

@@ -277,7 +277,7 @@ async fn start_agent(
     let heartbeat = serde_json::to_vec(&protocol::HeartbeatRequest {
         identity: format!("agent-{cluster}"),
         inventory: Some(inventory()),
-        fenced: vec![],
+        ..Default::default()
     })?;
     {
         let (endpoint, cluster, token) = (endpoint.clone(), cluster.clone(), token.clone());

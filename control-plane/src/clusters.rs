@@ -5,12 +5,17 @@
 //! - Not renewed within its duration → `Ready=Unknown` (reason `ClusterStatusUnknown`, the last
 //!   renewal in the message) and the taint `cluster.lifeboat.dev/unreachable:NoSchedule`.
 //! - No agent ever registered → `Ready=Unknown` (reason `AgentNotRegistered`) and the taint.
+//! - Lease renewed, but the agent's heartbeats say its member's kube-apiserver has not answered
+//!   it for its bound (the heartbeat handler keeps that on the Lease,
+//!   [`ANNOTATION_MEMBER_API_UNREACHABLE_SINCE`]) → `Ready=False` (reason `MemberAPIUnreachable`)
+//!   and the taint `cluster.lifeboat.dev/not-ready:NoSchedule`: the agent is alive but can do
+//!   nothing in its cluster, so the cluster counts as lost for failover like an expired lease.
 //!
 //! A new leader gives every lease a full duration from the moment it starts leading (agents
 //! renew through the hub, so none could while there was no leader). The monitor is the only
 //! writer of the `Ready` condition (the condition list is atomic: one owner) and of the
-//! unreachable taint (server-side apply, field manager [`FIELD_MANAGER`], owning only that item of
-//! the `spec.taints` list-map). Each transition gets an Event on the Cluster and goes out on a
+//! unreachable and not-ready taints (server-side apply, field manager [`FIELD_MANAGER`], owning
+//! only that item of the `spec.taints` list-map). Each transition gets an Event on the Cluster and goes out on a
 //! broadcast channel for the failover code.
 //!
 //! [`judge`] is the pure decision; [`ClusterHealthMonitor::run`] is the IO around it.
@@ -30,7 +35,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use lifeboat_api::cluster::{
     CONDITION_READY, Cluster, HUB_SYSTEM_NAMESPACE, REASON_CLUSTER_READY, REASON_LEASE_EXPIRED,
-    REASON_NOT_REGISTERED, TAINT_UNREACHABLE,
+    REASON_MEMBER_API_UNREACHABLE, REASON_NOT_REGISTERED, TAINT_NOT_READY, TAINT_UNREACHABLE,
 };
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tokio::sync::{Notify, broadcast, watch};
@@ -45,8 +50,16 @@ pub const FIELD_MANAGER: &str = "lifeboat-hub/cluster-health";
 /// Event reasons.
 pub const EVENT_READY: &str = "ClusterReady";
 pub const EVENT_UNREACHABLE: &str = "ClusterUnreachable";
-/// The effect of the unreachable taint.
+pub const EVENT_NOT_READY: &str = "ClusterNotReady";
+/// The effect of the unreachable and not-ready taints.
 pub const TAINT_EFFECT: &str = "NoSchedule";
+/// The taints this monitor owns.
+const MONITOR_TAINTS: [&str; 2] = [TAINT_UNREACHABLE, TAINT_NOT_READY];
+/// Annotation on a cluster's Lease while its agent reports that the member's kube-apiserver has
+/// not answered it: since when (RFC 3339, the hub's clock). Every heartbeat writes the Lease
+/// (server-side apply): one that says so sets it, one that does not removes it.
+pub const ANNOTATION_MEMBER_API_UNREACHABLE_SINCE: &str =
+    "cluster.lifeboat.dev/member-api-unreachable-since";
 /// After a write, how long the monitor trusts it over a Cluster cache that does not show it yet.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
 
@@ -92,6 +105,9 @@ pub enum ClusterHealth {
     Unreachable,
     /// No agent ever registered.
     NotRegistered,
+    /// The Lease is fresh, but the agent reports that the member's kube-apiserver does not
+    /// answer it.
+    MemberApiUnreachable,
 }
 
 impl ClusterHealth {
@@ -99,6 +115,7 @@ impl ClusterHealth {
     pub fn condition_status(self) -> &'static str {
         match self {
             ClusterHealth::Ready => "True",
+            ClusterHealth::MemberApiUnreachable => "False",
             _ => "Unknown",
         }
     }
@@ -108,17 +125,29 @@ impl ClusterHealth {
             ClusterHealth::Ready => REASON_CLUSTER_READY,
             ClusterHealth::Unreachable => REASON_LEASE_EXPIRED,
             ClusterHealth::NotRegistered => REASON_NOT_REGISTERED,
+            ClusterHealth::MemberApiUnreachable => REASON_MEMBER_API_UNREACHABLE,
         }
     }
 
     pub fn tainted(self) -> bool {
-        self != ClusterHealth::Ready
+        self.taint_key().is_some()
+    }
+
+    /// The NoSchedule taint the Cluster carries in this health: `not-ready` when the cluster
+    /// reports itself not ready, `unreachable` when its agent is not heard from.
+    pub fn taint_key(self) -> Option<&'static str> {
+        match self {
+            ClusterHealth::Ready => None,
+            ClusterHealth::MemberApiUnreachable => Some(TAINT_NOT_READY),
+            ClusterHealth::Unreachable | ClusterHealth::NotRegistered => Some(TAINT_UNREACHABLE),
+        }
     }
 
     /// `lifeboat_hub_cluster_ready`: 1 True, 0 False, -1 Unknown.
     pub fn metric_value(self) -> i64 {
         match self {
             ClusterHealth::Ready => 1,
+            ClusterHealth::MemberApiUnreachable => 0,
             _ => -1,
         }
     }
@@ -129,6 +158,7 @@ impl ClusterHealth {
             ("True", _) => Some(ClusterHealth::Ready),
             ("Unknown", REASON_NOT_REGISTERED) => Some(ClusterHealth::NotRegistered),
             ("Unknown", _) => Some(ClusterHealth::Unreachable),
+            ("False", REASON_MEMBER_API_UNREACHABLE) => Some(ClusterHealth::MemberApiUnreachable),
             _ => None,
         }
     }
@@ -171,11 +201,25 @@ pub fn judge(
         .unwrap_or("unknown");
     if let Some(renewed) = renewed {
         let expires = plus(renewed.0.max(leading_since), duration);
+        let member_api_silent_since = lease
+            .and_then(|l| l.metadata.annotations.as_ref())
+            .and_then(|a| a.get(ANNOTATION_MEMBER_API_UNREACHABLE_SINCE))
+            .and_then(|since| since.parse::<Timestamp>().ok());
         return Some(if now < expires {
-            Verdict {
-                health: ClusterHealth::Ready,
-                message: format!("the agent ({holder}) renews the cluster's lease"),
-                expires: Some(expires),
+            match member_api_silent_since {
+                Some(since) => Verdict {
+                    health: ClusterHealth::MemberApiUnreachable,
+                    message: format!(
+                        "the agent ({holder}) renews the cluster's lease but reports that the \
+                         member's kube-apiserver has not answered it since {since}"
+                    ),
+                    expires: Some(expires),
+                },
+                None => Verdict {
+                    health: ClusterHealth::Ready,
+                    message: format!("the agent ({holder}) renews the cluster's lease"),
+                    expires: Some(expires),
+                },
             }
         } else {
             Verdict {
@@ -238,7 +282,7 @@ impl Shown {
                 .spec
                 .taints
                 .iter()
-                .find(|t| t.key == TAINT_UNREACHABLE && t.effect == TAINT_EFFECT)
+                .find(|t| is_monitor_taint(t))
                 .cloned(),
         }
     }
@@ -252,8 +296,13 @@ impl Shown {
         self.ready
             .as_ref()
             .is_some_and(|c| c.status == health.condition_status() && c.reason == health.reason())
-            && self.taint.is_some() == health.tainted()
+            && self.taint.as_ref().map(|t| t.key.as_str()) == health.taint_key()
     }
+}
+
+/// One of the NoSchedule taints this monitor owns.
+fn is_monitor_taint(taint: &Taint) -> bool {
+    MONITOR_TAINTS.contains(&taint.key.as_str()) && taint.effect == TAINT_EFFECT
 }
 
 /// The `Ready` condition for `verdict`; the transition time stays when the status does.
@@ -509,14 +558,16 @@ impl ClusterHealthMonitor {
             "metadata": {"name": name},
             "status": {"conditions": [condition]},
         });
-        if verdict.health.tainted() {
+        if let Some(key) = verdict.health.taint_key() {
+            // Applying only this one removes the other taint of this manager, if it was set.
             let taint = Taint {
-                key: TAINT_UNREACHABLE.to_string(),
+                key: key.to_string(),
                 effect: TAINT_EFFECT.to_string(),
                 value: None,
                 time_added: shown
                     .taint
                     .as_ref()
+                    .filter(|t| t.key == key)
                     .and_then(|t| t.time_added.clone())
                     .or(Some(Time(now))),
             };
@@ -530,25 +581,28 @@ impl ClusterHealthMonitor {
             api.patch_status(&name, &params, &Patch::Apply(&status))
                 .await?;
         } else {
-            let after = api
+            let mut after = api
                 .patch_status(&name, &params, &Patch::Apply(&status))
                 .await?;
             // Removed with a guarded JSON patch rather than by applying without it: applying a
             // spec that ends up empty would drop the (required) spec, and a taint someone else
             // added must go as well (this monitor is the authority on it).
-            if let Some(index) = after
+            while let Some((index, key)) = after
                 .spec
                 .taints
                 .iter()
-                .position(|t| t.key == TAINT_UNREACHABLE && t.effect == TAINT_EFFECT)
+                .enumerate()
+                .find(|(_, t)| is_monitor_taint(t))
+                .map(|(i, t)| (i, t.key.clone()))
             {
                 let patch: json_patch::Patch = serde_json::from_value(serde_json::json!([
-                    {"op": "test", "path": format!("/spec/taints/{index}/key"), "value": TAINT_UNREACHABLE},
+                    {"op": "test", "path": format!("/spec/taints/{index}/key"), "value": key},
                     {"op": "test", "path": format!("/spec/taints/{index}/effect"), "value": TAINT_EFFECT},
                     {"op": "remove", "path": format!("/spec/taints/{index}")},
                 ]))
                 .map_err(kube::Error::SerdeError)?;
-                api.patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
+                after = api
+                    .patch(&name, &PatchParams::default(), &Patch::<()>::Json(patch))
                     .await?;
             }
         }
@@ -565,12 +619,13 @@ impl ClusterHealthMonitor {
         let name = cluster.name_any();
         let (type_, reason) = match verdict.health {
             ClusterHealth::Ready => (EventType::Normal, EVENT_READY),
+            ClusterHealth::MemberApiUnreachable => (EventType::Warning, EVENT_NOT_READY),
             _ => (EventType::Warning, EVENT_UNREACHABLE),
         };
         if verdict.health == ClusterHealth::Ready {
             tracing::info!(from = ?from, "cluster ready");
         } else {
-            tracing::warn!(from = ?from, to = ?verdict.health, message = %verdict.message, "cluster unreachable");
+            tracing::warn!(from = ?from, to = ?verdict.health, message = %verdict.message, "cluster not ready");
         }
         let event = Event {
             type_,
@@ -716,6 +771,93 @@ mod tests {
             health(judge(&c, None, at(140), at(0), &config())),
             Some(ClusterHealth::Unreachable)
         );
+    }
+
+    #[test]
+    fn a_member_api_reported_silent_makes_a_renewed_cluster_not_ready() {
+        let c = cluster(0, true);
+        let mut l = lease(100, 40);
+        l.metadata.annotations = Some(
+            [(
+                ANNOTATION_MEMBER_API_UNREACHABLE_SINCE.to_string(),
+                at(70).to_string(),
+            )]
+            .into(),
+        );
+        let j = |now| judge(&c, Some(&l), at(now), at(0), &config());
+        let verdict = j(110).unwrap();
+        assert_eq!(verdict.health, ClusterHealth::MemberApiUnreachable);
+        assert_eq!(verdict.expires, Some(at(140)));
+        assert!(
+            verdict.message.contains("agent-0") && verdict.message.contains(&at(70).to_string()),
+            "{}",
+            verdict.message
+        );
+        // the lease still runs out: the agent is then not heard from at all
+        assert_eq!(health(j(140)), Some(ClusterHealth::Unreachable));
+        // the next heartbeat without the annotation: Ready
+        assert_eq!(
+            health(judge(&c, Some(&lease(120, 40)), at(121), at(0), &config())),
+            Some(ClusterHealth::Ready)
+        );
+    }
+
+    #[test]
+    fn every_health_reads_back_from_its_condition_and_has_its_taint() {
+        for health in [
+            ClusterHealth::Ready,
+            ClusterHealth::Unreachable,
+            ClusterHealth::NotRegistered,
+            ClusterHealth::MemberApiUnreachable,
+        ] {
+            let mut c = cluster(0, true);
+            let condition = ready_condition(&verdict(health), &Shown::of(&c), None, at(1));
+            c.status.as_mut().unwrap().conditions = vec![condition];
+            c.spec.taints = health
+                .taint_key()
+                .map(|key| Taint {
+                    key: key.into(),
+                    effect: TAINT_EFFECT.into(),
+                    ..Default::default()
+                })
+                .into_iter()
+                .collect();
+            let shown = Shown::of(&c);
+            assert_eq!(shown.health(), Some(health));
+            assert!(shown.matches(health), "{health:?}");
+        }
+        assert_eq!(
+            ClusterHealth::MemberApiUnreachable.condition_status(),
+            "False"
+        );
+        assert_eq!(ClusterHealth::MemberApiUnreachable.metric_value(), 0);
+    }
+
+    #[test]
+    fn the_taint_must_be_the_one_of_the_health() {
+        let mut c = cluster(0, true);
+        c.status.as_mut().unwrap().conditions = vec![ready_condition(
+            &verdict(ClusterHealth::MemberApiUnreachable),
+            &Shown::of(&c),
+            None,
+            at(1),
+        )];
+        c.spec.taints = vec![Taint {
+            key: TAINT_UNREACHABLE.into(),
+            effect: TAINT_EFFECT.into(),
+            ..Default::default()
+        }];
+        assert!(!Shown::of(&c).matches(ClusterHealth::MemberApiUnreachable));
+        c.spec.taints[0].key = TAINT_NOT_READY.into();
+        assert!(Shown::of(&c).matches(ClusterHealth::MemberApiUnreachable));
+        // Unknown and False are different transitions: the time moves
+        let unknown = ready_condition(
+            &verdict(ClusterHealth::Unreachable),
+            &Shown::of(&c),
+            None,
+            at(9),
+        );
+        assert_eq!(unknown.last_transition_time, Time(at(9)));
     }
 
     fn verdict(health: ClusterHealth) -> Verdict {

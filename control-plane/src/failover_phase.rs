@@ -29,9 +29,11 @@ pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
 /// Ready, whether it is being deleted, and whether it is fenced.
 ///
 /// Fenced: not Ready for its agent's fencing period. Ready leaves True only once the agent's
-/// lease has run out after its last renewal, and the agent fences a fencing period after its
-/// last contact with the hub, so by then its `Directly` works have been suspended for at least
-/// the lease duration. A cluster whose agent reported no fencing period is never fenced.
+/// lease has run out after its last renewal, or when a heartbeat says the member's apiserver
+/// does not answer; the agent fences a fencing period after its last contact with the hub, and
+/// such heartbeats are no contact for it, so by then its `Directly` works have been suspended
+/// (as far as an agent can with no apiserver). A cluster whose agent reported no fencing period
+/// is never fenced.
 pub fn cluster_states(clusters: &[Arc<Cluster>], now: &Time) -> BTreeMap<String, ClusterState> {
     clusters
         .iter()

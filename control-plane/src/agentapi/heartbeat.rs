@@ -10,7 +10,7 @@ use axum::Json;
 use axum::extract::{Path, Request, State};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Resource, ResourceExt};
@@ -20,7 +20,7 @@ use tracing::Instrument;
 
 use super::auth::CLUSTER_NAME_LABEL;
 use super::{ApiError, FIELD_MANAGER, Shared, json_body};
-use crate::clusters::lease_name;
+use crate::clusters::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
 
 /// The Cluster status fields the agent API owns.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -112,6 +112,20 @@ pub(crate) fn whole_seconds(t: Timestamp) -> Timestamp {
     Timestamp::from_second(t.as_second()).unwrap_or(t)
 }
 
+/// Since when (whole seconds of the hub's clock at `now`) a heartbeat says the member's
+/// kube-apiserver has not answered its agent.
+pub(crate) fn member_api_unreachable_since(
+    now: Timestamp,
+    unreachable_seconds: Option<u64>,
+) -> Option<Timestamp> {
+    let seconds = i64::try_from(unreachable_seconds?).unwrap_or(i64::MAX);
+    Some(
+        whole_seconds(now)
+            .checked_sub(SignedDuration::from_secs(seconds))
+            .unwrap_or(Timestamp::MIN),
+    )
+}
+
 /// A cached copy of what was written, for the Cluster with this UID.
 #[derive(Debug, Clone)]
 pub(crate) struct Written {
@@ -164,11 +178,14 @@ impl Shared {
     }
 
     /// Renews (or creates) the cluster's Lease: holder `identity`, the hub's lease duration,
-    /// renewed now. The Lease is owned by the Cluster.
+    /// renewed now, and [`ANNOTATION_MEMBER_API_UNREACHABLE_SINCE`] while the agent reports its
+    /// member's kube-apiserver silent (`member_api_silent_since`; the apply removes it
+    /// otherwise). The Lease is owned by the Cluster.
     pub(crate) async fn renew_lease(
         &self,
         cluster: &Cluster,
         identity: &str,
+        member_api_silent_since: Option<Timestamp>,
     ) -> Result<(), ApiError> {
         let name = cluster.name_any();
         let lease = Lease {
@@ -176,6 +193,13 @@ impl Shared {
                 name: Some(lease_name(&name)),
                 namespace: Some(self.config.namespace.clone()),
                 labels: Some([(CLUSTER_NAME_LABEL.to_string(), name.clone())].into()),
+                annotations: member_api_silent_since.map(|since| {
+                    [(
+                        ANNOTATION_MEMBER_API_UNREACHABLE_SINCE.to_string(),
+                        since.to_string(),
+                    )]
+                    .into()
+                }),
                 owner_references: cluster.owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
@@ -264,8 +288,15 @@ pub(super) async fn heartbeat(
                 stop: true,
             }));
         }
-        shared.renew_lease(&caller.object, &body.identity).await?;
         let now = shared.now();
+        let member_api_silent_since =
+            member_api_unreachable_since(now, body.member_api_unreachable_seconds);
+        if let Some(since) = member_api_silent_since {
+            tracing::debug!(%since, "the agent reports that its member's kube-apiserver does not answer");
+        }
+        shared
+            .renew_lease(&caller.object, &body.identity, member_api_silent_since)
+            .await?;
         let refresh = shared.config.lease_duration / 4;
         shared
             .write_agent_status(&caller.object, |current| {
@@ -307,6 +338,20 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_silent_member_api_is_dated_back_from_the_heartbeat() {
+        let now = at("2026-05-01T12:00:40.700Z");
+        assert_eq!(member_api_unreachable_since(now, None), None);
+        assert_eq!(
+            member_api_unreachable_since(now, Some(31)),
+            Some(at("2026-05-01T12:00:09Z"))
+        );
+        assert_eq!(
+            member_api_unreachable_since(now, Some(u64::MAX)),
+            Some(Timestamp::MIN)
+        );
     }
 
     #[test]

@@ -146,7 +146,7 @@ pub(super) async fn register(
         let token = auth::mint_token(&shared.rng)
             .map_err(|_| ApiError::Unavailable("the system random source failed".into()))?;
         let hash = TokenHash::of(&token);
-        shared.renew_lease(&cluster, &body.identity).await?;
+        shared.renew_lease(&cluster, &body.identity, None).await?;
         store_credential(&shared, &cluster, hash).await?;
         let agent = AgentInfo {
             identity: body.identity.clone(),

@@ -161,6 +161,7 @@ pub fn ready_state(health: ClusterHealth) -> &'static str {
     match health {
         ClusterHealth::Ready => "Ready",
         ClusterHealth::Unreachable | ClusterHealth::NotRegistered => "Unknown",
+        ClusterHealth::MemberApiUnreachable => "NotReady",
     }
 }
 
@@ -468,5 +469,6 @@ mod tests {
             Some(ClusterHealth::NotRegistered.reason())
         );
         assert_eq!(ready_state(ClusterHealth::Ready), "Ready");
+        assert_eq!(ready_state(ClusterHealth::MemberApiUnreachable), "NotReady");
     }
 }

@@ -57,6 +57,17 @@ pub struct HubArgs {
     )]
     pub fencing_period: String,
 
+    /// How long the member's kube-apiserver may not answer the agent before its heartbeats tell
+    /// the hub, which marks the cluster not Ready (and fails its workloads over).
+    #[arg(
+        id = "hub-member-api-timeout",
+        long = "member-api-timeout",
+        env = "LIFEBOAT_HUB_MEMBER_API_TIMEOUT",
+        default_value = "30s",
+        value_name = "DURATION"
+    )]
+    pub member_api_timeout: String,
+
     /// Recorded on the Cluster the hub creates at the first registration.
     #[arg(id = "hub-provider", long = "provider", env = "LIFEBOAT_HUB_PROVIDER")]
     pub provider: Option<String>,
@@ -130,6 +141,16 @@ impl HubArgs {
             ));
         }
         let fencing_period = Duration::from_secs((nanos / 1_000_000_000) as u64);
+        let member_api_timeout = crate::duration::parse(&self.member_api_timeout)
+            .ok()
+            .filter(|d| d.0 > 0)
+            .map(|d| d.as_std())
+            .ok_or_else(|| {
+                fail(
+                    "--member-api-timeout",
+                    format!("{} is not a positive duration", self.member_api_timeout),
+                )
+            })?;
         let credential_secret = SecretRef::parse(&self.credential_secret)
             .map_err(|r| fail("--credential-secret", r))?;
         let topology = |v: &Option<String>| {
@@ -147,7 +168,10 @@ impl HubArgs {
             zone: topology(&self.zone),
             credential_secret,
             identity: None,
-            timing: Default::default(),
+            timing: super::HubTiming {
+                member_api_timeout,
+                ..Default::default()
+            },
         }))
     }
 }
@@ -227,6 +251,8 @@ mod tests {
             " ",
             "--credential-secret",
             "ops/hub-cred",
+            "--member-api-timeout",
+            "45s",
         ])
         .expect("valid")
         .expect("hub mode");
@@ -242,10 +268,15 @@ mod tests {
         assert_eq!(options.region.as_deref(), Some("us-east-1"));
         assert_eq!(options.zone, None);
         assert_eq!(options.credential_secret.to_string(), "ops/hub-cred");
+        assert_eq!(options.timing.member_api_timeout, Duration::from_secs(45));
         let defaults = parse(&["--hub-url", "https://hub", "--bootstrap-token-file", "t"])
             .expect("valid")
             .expect("hub mode");
         assert_eq!(defaults.fencing_period, Duration::from_secs(60));
+        assert_eq!(
+            defaults.timing.member_api_timeout,
+            super::super::DEFAULT_MEMBER_API_TIMEOUT
+        );
         assert_eq!(
             defaults.credential_secret.to_string(),
             DEFAULT_CREDENTIAL_SECRET
@@ -275,5 +306,11 @@ mod tests {
         assert!(with(&["--fencing-period", "0s"]).starts_with("--fencing-period:"));
         assert!(with(&["--fencing-period", "soon"]).starts_with("--fencing-period:"));
         assert!(with(&["--credential-secret", "nope"]).starts_with("--credential-secret:"));
+        for bad in ["0s", "soon"] {
+            assert!(
+                with(&["--member-api-timeout", bad]).starts_with("--member-api-timeout:"),
+                "{bad}"
+            );
+        }
     }
 }

@@ -19,6 +19,9 @@ pub struct HubMetrics {
     pub connected: IntGauge,
     /// 1 while the agent is fenced (cut off from the hub for its fencing period), else 0.
     pub fenced: IntGauge,
+    /// 1 while the member's kube-apiserver has not answered the agent for its bound (the
+    /// heartbeats say so), else 0.
+    pub member_api_unreachable: IntGauge,
 }
 
 impl HubMetrics {
@@ -60,8 +63,13 @@ impl HubMetrics {
             "lifeboat_agent_fenced",
             "1 while the agent is fenced: cut off from the hub for its fencing period, it keeps the works with purgeMode Directly suspended",
         )?;
+        let member_api_unreachable = IntGauge::new(
+            "lifeboat_agent_member_api_unreachable",
+            "1 while the member's kube-apiserver has not answered the agent for --member-api-timeout (its heartbeats tell the hub, which marks the cluster not Ready), else 0",
+        )?;
         registry.register(Box::new(connected.clone()))?;
         registry.register(Box::new(fenced.clone()))?;
+        registry.register(Box::new(member_api_unreachable.clone()))?;
         Ok(Self {
             requests,
             work_items,
@@ -69,6 +77,7 @@ impl HubMetrics {
             status_reports,
             connected,
             fenced,
+            member_api_unreachable,
         })
     }
 }

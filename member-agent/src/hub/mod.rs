@@ -9,7 +9,9 @@
 //! - consumes the resumable work stream (`ndjson`, `work`, pure) and applies each work by
 //!   server-side apply, adopting after a restart and removing what is no longer assigned
 //!   (`applier`);
-//! - reports each work's status in batches (`status`, pure; `reporter`).
+//! - reports each work's status in batches (`status`, pure; `reporter`);
+//! - probes its member's kube-apiserver and tells the hub, in its heartbeats, when it has not
+//!   answered for a bounded time (`member_api`).
 //!
 //! Decisions are pure and unit-tested; `client` (HTTPS), `credential`, `catalog`, `observe`,
 //! `applier`, `reporter` and `session` are the IO around them.
@@ -22,6 +24,7 @@ pub mod client;
 pub mod credential;
 pub mod fencing;
 pub mod inventory;
+pub mod member_api;
 pub mod metrics;
 pub mod namespaces;
 pub mod ndjson;
@@ -66,6 +69,9 @@ pub struct HubOptions {
     pub timing: HubTiming,
 }
 
+/// Default `--member-api-timeout`.
+pub const DEFAULT_MEMBER_API_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Timeouts and periods (defaults fit production; tests shorten them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HubTiming {
@@ -82,6 +88,9 @@ pub struct HubTiming {
     pub discovery_every: Duration,
     /// Works applied at once.
     pub apply_concurrency: usize,
+    /// The member's kube-apiserver counts as unreachable once it has not answered the agent for
+    /// this long (`--member-api-timeout`): the heartbeats then say so (`member_api`).
+    pub member_api_timeout: Duration,
 }
 
 impl Default for HubTiming {
@@ -93,6 +102,7 @@ impl Default for HubTiming {
             inventory_every: Duration::from_secs(60),
             discovery_every: Duration::from_secs(60),
             apply_concurrency: 8,
+            member_api_timeout: DEFAULT_MEMBER_API_TIMEOUT,
         }
     }
 }

@@ -18,6 +18,7 @@ use super::backoff::Backoff;
 use super::catalog::ApiCatalog;
 use super::credential::Credentials;
 use super::fencing::{Fence, FenceChange};
+use super::member_api::{self, MemberApi};
 use super::namespaces::Namespaces;
 use super::observe::{self, ClusterState};
 use super::reporter::{self, SharedBook};
@@ -83,6 +84,8 @@ pub async fn run(mode: &HubMode) -> Stopped {
         fence: fence.clone(),
     });
     let cluster_state = Arc::new(ClusterState::default());
+    let member_api = Arc::new(MemberApi::new(options.timing.member_api_timeout));
+    mode.metrics.member_api_unreachable.set(0);
     // Dropped (and so aborted) with this future.
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(observe::watch_nodes(
@@ -105,6 +108,11 @@ pub async fn run(mode: &HubMode) -> Stopped {
         catalog.clone(),
         options.timing.discovery_every,
     ));
+    tasks.spawn(member_api::probe(
+        client.clone(),
+        member_api.clone(),
+        options.timing.request_timeout,
+    ));
     tasks.spawn(watch_fence(
         mode.cluster.clone(),
         fence.clone(),
@@ -120,6 +128,7 @@ pub async fn run(mode: &HubMode) -> Stopped {
         &catalog,
         &applier,
         &fence,
+        &member_api,
     );
     tokio::select! {
         () = stream => {}
@@ -198,6 +207,7 @@ pub fn inventory_due(
 }
 
 /// Heartbeats until the hub says stop.
+#[allow(clippy::too_many_arguments)]
 async fn heartbeat(
     mode: &HubMode,
     identity: &str,
@@ -206,11 +216,13 @@ async fn heartbeat(
     catalog: &ApiCatalog,
     applier: &Applier,
     fence: &Fence,
+    member_api: &MemberApi,
 ) {
     let path = heartbeat_path(&mode.cluster);
     let timing = &mode.options.timing;
     let mut backoff = Backoff::new(Duration::from_millis(500), timing.max_backoff);
     let mut last_sent: Option<(Inventory, Instant)> = None;
+    let mut member_api_silent = false;
     loop {
         let credential = match credentials.get().await {
             Ok(c) => c,
@@ -236,12 +248,15 @@ async fn heartbeat(
         );
         // While fenced, the heartbeat names the suspended works (the hub records it).
         let fenced = fence.suspended();
+        let sent = Instant::now();
+        let silent = member_api.unreachable_for(sent);
+        member_api_changed(mode, silent, &mut member_api_silent);
         let request = HeartbeatRequest {
             identity: identity.to_string(),
             inventory: if send { inventory.clone() } else { None },
             fenced,
+            member_api_unreachable_seconds: silent.map(|d| d.as_secs()),
         };
-        let sent = Instant::now();
         let result: Result<HeartbeatResponse, _> = mode
             .hub
             .post("heartbeat", &path, &credential.token, &request)
@@ -250,7 +265,9 @@ async fn heartbeat(
             Ok(response) => {
                 mode.metrics.connected.set(1);
                 backoff.reset();
-                if fence.heartbeat_ok(sent) == FenceChange::Lifted {
+                // Contact for the fence only while the member's apiserver answers: the hub
+                // counts a cluster whose heartbeats say otherwise as not Ready (`member_api`).
+                if silent.is_none() && fence.heartbeat_ok(sent) == FenceChange::Lifted {
                     fence_lifted(&mode.cluster, applier, &mode.metrics);
                 }
                 if send && let Some(inventory) = inventory {
@@ -299,6 +316,25 @@ async fn heartbeat(
             }
         }
     }
+}
+
+/// Logs and counts when the member's apiserver stops or starts answering again.
+fn member_api_changed(mode: &HubMode, silent: Option<Duration>, was_silent: &mut bool) {
+    match (silent, *was_silent) {
+        (Some(for_), false) => tracing::warn!(
+            cluster = %mode.cluster,
+            silent = ?for_,
+            "the member's kube-apiserver does not answer: the heartbeats tell the hub, which marks the cluster not Ready"
+        ),
+        (None, true) => {
+            tracing::info!(cluster = %mode.cluster, "the member's kube-apiserver answers again")
+        }
+        _ => {}
+    }
+    *was_silent = silent.is_some();
+    mode.metrics
+        .member_api_unreachable
+        .set(i64::from(*was_silent));
 }
 
 /// Consumes the work stream forever, reconnecting from the cursor.

@@ -19,6 +19,7 @@ use lifeboat_e2e::{Fleet, wait};
 use serde_json::{Value, json};
 
 pub mod hub;
+pub mod scenario;
 
 pub const T: Duration = Duration::from_secs(90);
 
@@ -324,6 +325,17 @@ pub async fn label_nodes(
     nodes: &[String],
     key: &str,
     value: &str,
+) -> Result<(), TestError> {
+    set_node_label(ctx, cluster, nodes, key, Some(value)).await
+}
+
+/// Sets (`Some`) or removes (`None`) label `key` on `nodes` of `cluster`.
+pub async fn set_node_label(
+    ctx: &TestContext,
+    cluster: &str,
+    nodes: &[String],
+    key: &str,
+    value: Option<&str>,
 ) -> Result<(), TestError> {
     let api: Api<k8s_openapi::api::core::v1::Node> = Api::all(ctx.client(cluster).await?);
     for node in nodes {
