@@ -44,10 +44,16 @@ pub fn cluster_states(clusters: &[Arc<Cluster>], now: &Time) -> BTreeMap<String,
             let not_ready_since = ready
                 .filter(|r| r.status != "True")
                 .map(|r| r.last_transition_time.clone());
+            // An agent that still reaches the hub but not its own apiserver cannot suspend
+            // anything: such a cluster is never counted as fenced (a Directly eviction waits).
+            let member_api_down = ready.is_some_and(|r| {
+                r.status != "True"
+                    && r.reason == lifeboat_api::cluster::REASON_MEMBER_API_UNREACHABLE
+            });
             let fencing = status
                 .and_then(|s| s.agent.as_ref())
                 .and_then(|a| a.fencing_period_seconds)
-                .filter(|s| *s > 0);
+                .filter(|s| *s > 0 && !member_api_down);
             let fenced_at = not_ready_since
                 .as_ref()
                 .zip(fencing)
@@ -312,6 +318,14 @@ mod tests {
             with_fencing("ready", ("True", 100), Some(60)),
             with_fencing("no-fencing", ("Unknown", 100), None),
         ];
+        // Ready=False because the agent cannot reach its apiserver: never fenced.
+        let mut unreachable_api = (*with_fencing("api-down", ("False", 100), Some(60))).clone();
+        if let Some(status) = unreachable_api.status.as_mut() {
+            status.conditions[0].reason =
+                lifeboat_api::cluster::REASON_MEMBER_API_UNREACHABLE.into();
+        }
+        let api_down = cluster_states(&[Arc::new(unreachable_api)], &at(1000));
+        assert!(!api_down["api-down"].fenced && api_down["api-down"].fenced_at.is_none());
         let before = cluster_states(&clusters, &at(159));
         assert_eq!(before["lost"].fenced_at, Some(at(160)));
         assert!(!before["lost"].fenced);
