@@ -383,18 +383,7 @@ async fn binding_of(ctx: &TestContext, name: &str) -> Result<ResourceBinding, St
         ctx.client("hub").await.map_err(|e| e.to_string())?,
         &ctx.namespace,
     );
-    bindings
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .find(|b| b.spec.resource.name == name)
-        .ok_or_else(|| format!("no binding of {name} yet"))
-}
-
-fn clusters_of(b: &ResourceBinding) -> Vec<String> {
-    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
+    lifeboat_e2e::fleet::lifeboat::binding_of(&bindings, name).await
 }
 
 /// Scenario 7 of the failover issue: every hub is SIGKILLed right after it wrote an eviction
@@ -441,7 +430,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
     let on_hub: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &appwrappers());
     on_hub.create(&PostParams::default(), &template).await?;
     let placed = wait::until(&format!("{name} placed"), T, || async {
-        match clusters_of(&binding_of(&ctx, name).await?).as_slice() {
+        match lifeboat_e2e::fleet::lifeboat::placement(&binding_of(&ctx, name).await?).as_slice() {
             [one] => Ok(one.clone()),
             other => Err(format!("clusters {other:?}")),
         }
@@ -492,7 +481,10 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
         {
             Ok(b)
         } else {
-            Err(format!("clusters {:?}, no eviction yet", clusters_of(&b)))
+            Err(format!(
+                "clusters {:?}, no eviction yet",
+                lifeboat_e2e::fleet::lifeboat::placement(&b)
+            ))
         }
     })
     .await?;
@@ -556,7 +548,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
     let done = wait::until("the eviction task done, the old copy gone", T, || async {
         let b = binding_of(&ctx, name).await?;
         let copies = copies(&ctx, name).await.map_err(|e| e.to_string())?;
-        if clusters_of(&b) == [other.clone()]
+        if lifeboat_e2e::fleet::lifeboat::placement(&b) == [other.clone()]
             && b.spec.graceful_eviction_tasks.is_empty()
             && copies.keys().collect::<Vec<_>>() == [&other]
         {
@@ -564,7 +556,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
         } else {
             Err(format!(
                 "clusters {:?}, tasks {:?}, copies {copies:?}",
-                clusters_of(&b),
+                lifeboat_e2e::fleet::lifeboat::placement(&b),
                 b.spec.graceful_eviction_tasks
             ))
         }

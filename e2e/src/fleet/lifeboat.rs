@@ -651,6 +651,31 @@ async fn create_bootstrap_token(hub: &kube::Client, file: &Path) -> Result<()> {
     write_private(file, token.as_bytes())
 }
 
+/// The ResourceBinding of template `name` on the hub (listed from `bindings`).
+pub async fn binding_of(
+    bindings: &Api<lifeboat_api::binding::ResourceBinding>,
+    name: &str,
+) -> std::result::Result<lifeboat_api::binding::ResourceBinding, String> {
+    bindings
+        .list(&kube::api::ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .find(|b| b.spec.resource.name == name)
+        .ok_or_else(|| format!("no binding of {name} yet"))
+}
+
+/// The clusters a binding is placed on.
+pub fn placement(binding: &lifeboat_api::binding::ResourceBinding) -> Vec<String> {
+    binding
+        .spec
+        .clusters
+        .iter()
+        .map(|c| c.name.clone())
+        .collect()
+}
+
 /// Creates or updates a PropagationPolicy `namespace/name` with `spec` on the hub (server-side
 /// apply, field manager `e2e`): what the tests and the demo place workloads with.
 pub async fn apply_propagation_policy(

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent;
-use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::wait;
@@ -182,25 +181,9 @@ pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
     Ok(format!("sqlite://{}", path.display()))
 }
 
-/// The binding of template `name` on the hub (listed from `bindings`).
-pub async fn binding_of(
-    bindings: &Api<ResourceBinding>,
-    name: &str,
-) -> Result<ResourceBinding, String> {
-    bindings
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .into_iter()
-        .find(|b| b.spec.resource.name == name)
-        .ok_or_else(|| format!("no binding of {name} yet"))
-}
-
-/// The clusters a binding is placed on.
-pub fn placement(b: &ResourceBinding) -> Vec<String> {
-    b.spec.clusters.iter().map(|c| c.name.clone()).collect()
-}
+// Not every suite uses both (each test binary compiles this module on its own).
+#[allow(unused_imports)]
+pub use lifeboat_e2e::fleet::lifeboat::{binding_of, placement};
 
 /// The objects of `resource` in the test's namespace of a member.
 pub async fn member_api(

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use lifeboat_agent::agent::SpawnedAgent;
 use lifeboat_agent::hub::HubOptions;
 use lifeboat_api::appwrapper::AppWrapper;
@@ -110,14 +110,7 @@ impl Scenario {
 
     /// The binding of template `name`.
     pub async fn binding(&self, name: &str) -> Result<ResourceBinding, String> {
-        self.bindings
-            .list(&ListParams::default())
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .into_iter()
-            .find(|b| b.spec.resource.name == name)
-            .ok_or_else(|| format!("no binding of {name} yet"))
+        lifeboat_e2e::fleet::lifeboat::binding_of(&self.bindings, name).await
     }
 
     /// Waits until template `name` is placed on exactly one cluster; returns it.
