@@ -445,7 +445,12 @@ impl Binder {
             let binder = self.clone();
             handles.push(tokio::spawn(async move {
                 while let Some(key) = binder.queue.next().await {
-                    let span = tracing::info_span!("bind", template = %key);
+                    // `clusters` is filled once the pass knows the placement.
+                    let span = tracing::info_span!(
+                        "bind",
+                        template = %key,
+                        clusters = tracing::field::Empty
+                    );
                     let result = binder.reconcile(&key).instrument(span.clone()).await;
                     let label = match &result {
                         Ok(_) => "ok",
@@ -570,6 +575,13 @@ impl Binder {
                 policy,
             )
             .await?;
+        let placed: Vec<&str> = binding
+            .spec
+            .clusters
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        tracing::Span::current().record("clusters", tracing::field::display(placed.join(",")));
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
         self.dispatch(&binding, &template_json)?;
