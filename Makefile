@@ -99,3 +99,9 @@ bench: k8s-bins
 # agents, then the hub's memory at 10,000 bindings on 10 clusters.
 	$(CARGO) bench -p lifeboat-hub --bench hub_e2e -- --runs 3
 	$(CARGO) bench -p lifeboat-hub --bench hub_e2e -- --memory
+# Failover (issue 9), dev profile (BENCHMARKS.md says why): the hub's decision latency with
+# 1,000 bindings over 10 simulated clusters (spaced and burst), 1,000 bindings moved off a lost
+# cluster, and end to end on the fleet with the real hub and agents.
+	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --decision
+	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss
+	$(CARGO) bench --profile dev -p lifeboat-agent --bench failover_e2e -- --runs 5

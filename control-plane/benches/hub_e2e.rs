@@ -3,10 +3,10 @@
 //!
 //! The real hub runs in this process (`lifeboat_hub::hub::run`, the binary's defaults: 32 binder
 //! workers unless `--binder-workers N`, 8 status writers, a SQLite ledger under `target/`) against the fleet's hub
-//! apiserver. The clusters are simulated agents that speak the real agent protocol over HTTPS:
-//! each registers with a bootstrap token, sends heartbeats with a GPU inventory (nodes of 8
-//! H100s) at the interval the hub asks for, and holds its work stream open, counting the work it
-//! is handed. No member runs a real agent (the fleet's one member only satisfies the fleet's
+//! apiserver. The clusters are simulated agents (`support/sim_agent.rs`) that speak the real agent
+//! protocol over HTTPS: each registers with a bootstrap token, sends heartbeats with a GPU
+//! inventory (nodes of 8 H100s) at the interval the hub asks for, and holds its work stream open,
+//! counting the work it is handed. No member runs a real agent (the fleet's one member only satisfies the fleet's
 //! minimum): the figure is the hub's, from the first create to the last binding scheduled.
 //!
 //! Templates are AppWrappers (one Job component, one pod asking for 1 GPU), selected by one
@@ -21,45 +21,28 @@
 //! the clusters are Ready and idle, and again once every binding is scheduled and its work has
 //! reached its cluster's stream; the difference per binding.
 
+#[path = "support/sim_agent.rs"]
+mod sim_agent;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::{BTreeMap, HashSet};
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
 use futures::{StreamExt, TryStreamExt};
-use http_body_util::BodyExt;
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
-use kube::core::GroupVersionKind;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use lifeboat_api::binding::ResourceBinding;
-use lifeboat_api::cluster::{
-    ApiEnablement, ApiResourceRef, Cluster, HUB_SYSTEM_NAMESPACE, NodeGroup, NodeSummary,
-    ResourceSummary,
-};
-use lifeboat_api::protocol::{self, Inventory, RegisterResponse, WorkEvent};
-use lifeboat_e2e::fleet::{Fleet, workspace_root};
-use lifeboat_hub::agentapi::AgentApiConfig;
-use lifeboat_hub::clusters::ClusterHealthConfig;
-use lifeboat_hub::hub::{AgentApiTls, HubOptions};
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
+use lifeboat_e2e::fleet::Fleet;
 use serde_json::json;
+use sim_agent::{
+    BoxError, GPU_NODES, SETUP_TIMEOUT, appwrapper, appwrapper_resource, bootstrap,
+    policy_resource, start_agents, start_hub, until,
+};
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-const CA_SECRET: &str = "lifeboat-hub-ca";
-const BOOTSTRAP_SECRET: &str = "hub-e2e-bench-bootstrap";
-const BOOTSTRAP_TOKEN: &str = "hub-e2e-bench-bootstrap-0123456789abcdef0123456789";
 /// Creates in flight at once.
 const CREATE_CONCURRENCY: usize = 16;
-/// GPU nodes each simulated cluster reports (8 GPUs each).
-const GPU_NODES: i32 = 128;
-const SETUP_TIMEOUT: Duration = Duration::from_secs(300);
 
 struct Args {
     runs: usize,
@@ -115,22 +98,6 @@ fn args() -> Result<Args, String> {
     Ok(parsed)
 }
 
-fn appwrapper_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "workload.codeflare.dev",
-        "v1beta2",
-        "AppWrapper",
-    ))
-}
-
-fn policy_resource() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "policy.lifeboat.dev",
-        "v1alpha1",
-        "PropagationPolicy",
-    ))
-}
-
 /// The process's resident set (VmRSS), in KiB.
 fn rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -142,318 +109,6 @@ fn rss_kib() -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// What a GPU cluster's agent reports: 128 nodes of 8 H100s, 2 on spot, AppWrappers served.
-fn inventory() -> Inventory {
-    let quantity = |s: &str| k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.into());
-    let per_node: BTreeMap<String, _> = [
-        ("cpu", "96"),
-        ("memory", "1500Gi"),
-        ("nvidia.com/gpu", "8"),
-        ("pods", "110"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), quantity(v)))
-    .collect();
-    let total = |n: i32| -> BTreeMap<String, _> {
-        [
-            ("cpu", format!("{}", 96 * n)),
-            ("memory", format!("{}Gi", 1500 * n)),
-            ("nvidia.com/gpu", format!("{}", 8 * n)),
-            ("pods", format!("{}", 110 * n)),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), quantity(&v)))
-        .collect()
-    };
-    let group = |count: i32, capacity: &str| NodeGroup {
-        count,
-        free: per_node.clone(),
-        capacity_type: Some(capacity.into()),
-        labels: [("nvidia.com/gpu.product".to_string(), "H100".to_string())].into(),
-    };
-    Inventory {
-        kubernetes_version: Some("v1.36.3".into()),
-        api_enablements: vec![
-            ApiEnablement {
-                group_version: "workload.codeflare.dev/v1beta2".into(),
-                resources: vec![ApiResourceRef {
-                    name: "appwrappers".into(),
-                    kind: "AppWrapper".into(),
-                }],
-            },
-            ApiEnablement {
-                group_version: "batch/v1".into(),
-                resources: vec![ApiResourceRef {
-                    name: "jobs".into(),
-                    kind: "Job".into(),
-                }],
-            },
-        ],
-        node_summary: NodeSummary {
-            total_num: GPU_NODES,
-            ready_num: GPU_NODES,
-        },
-        resource_summary: ResourceSummary {
-            allocatable: total(GPU_NODES),
-            allocated: BTreeMap::new(),
-        },
-        node_groups: vec![group(GPU_NODES - 2, "on-demand"), group(2, "spot")],
-        node_health: Default::default(),
-    }
-}
-
-/// A small training job: one pod asking for one GPU.
-fn appwrapper(namespace: &str, name: &str) -> Result<DynamicObject, serde_json::Error> {
-    serde_json::from_value(json!({
-        "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"components": [{"template": {
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": format!("{name}-job")},
-            "spec": {"template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{"name": "train", "image": "busybox", "command": ["sleep", "3600"],
-                    "resources": {"requests": {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "1"},
-                                  "limits": {"nvidia.com/gpu": "1"}}}]
-            }}}
-        }}]}
-    }))
-}
-
-/// A simulated agent: its HTTPS client, token, and the work its stream handed it.
-struct SimulatedAgent {
-    upserts: Arc<AtomicU64>,
-}
-
-struct AgentEndpoint {
-    client: support::HttpsClient,
-    url: String,
-}
-
-impl AgentEndpoint {
-    async fn post(
-        &self,
-        path: &str,
-        token: &str,
-        body: Vec<u8>,
-    ) -> Result<(http::StatusCode, Vec<u8>), BoxError> {
-        let request = http::Request::post(format!("{}{path}", self.url))
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(Body::from(body))?;
-        let response = self.client.request(request).await?;
-        let status = response.status();
-        let bytes = response.into_body().collect().await?.to_bytes().to_vec();
-        Ok((status, bytes))
-    }
-}
-
-/// Registers `cluster`, keeps its heartbeats going and drains its work stream.
-async fn start_agent(
-    endpoint: Arc<AgentEndpoint>,
-    cluster: String,
-) -> Result<SimulatedAgent, BoxError> {
-    let mut request = support::register_request(&cluster);
-    request.region = Some(format!("region-{}", cluster.len() % 4));
-    let (status, body) = endpoint
-        .post(
-            &protocol::register_path(),
-            BOOTSTRAP_TOKEN,
-            serde_json::to_vec(&request)?,
-        )
-        .await?;
-    if status != http::StatusCode::OK {
-        return Err(format!(
-            "registering {cluster}: {status} {}",
-            String::from_utf8_lossy(&body)
-        )
-        .into());
-    }
-    let registered: RegisterResponse = serde_json::from_slice(&body)?;
-    let token = registered.token;
-    let interval = Duration::from_secs(registered.heartbeat_interval_seconds.max(1) as u64);
-    let heartbeat = serde_json::to_vec(&protocol::HeartbeatRequest {
-        identity: format!("agent-{cluster}"),
-        inventory: Some(inventory()),
-        ..Default::default()
-    })?;
-    {
-        let (endpoint, cluster, token) = (endpoint.clone(), cluster.clone(), token.clone());
-        tokio::spawn(async move {
-            loop {
-                match endpoint
-                    .post(
-                        &protocol::heartbeat_path(&cluster),
-                        &token,
-                        heartbeat.clone(),
-                    )
-                    .await
-                {
-                    Ok((status, _)) if status.is_success() => {}
-                    Ok((status, body)) => eprintln!(
-                        "heartbeat of {cluster}: {status} {}",
-                        String::from_utf8_lossy(&body)
-                    ),
-                    Err(error) => eprintln!("heartbeat of {cluster}: {error}"),
-                }
-                tokio::time::sleep(interval).await;
-            }
-        });
-    }
-    let upserts = Arc::new(AtomicU64::new(0));
-    {
-        let counter = upserts.clone();
-        tokio::spawn(async move {
-            // The hub opens work streams once its first pass is done: retry until then.
-            loop {
-                if let Err(error) = drain_work(&endpoint, &cluster, &token, &counter).await {
-                    log_stream_error(&cluster, &error);
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-    }
-    Ok(SimulatedAgent { upserts })
-}
-
-fn log_stream_error(cluster: &str, error: &BoxError) {
-    let text = error.to_string();
-    // 503 before the hub's first pass is expected; anything else is worth seeing.
-    if !text.contains("503") {
-        eprintln!("work stream of {cluster}: {text}");
-    }
-}
-
-/// Reads one work stream to its end, counting the work handed over.
-async fn drain_work(
-    endpoint: &AgentEndpoint,
-    cluster: &str,
-    token: &str,
-    upserts: &AtomicU64,
-) -> Result<(), BoxError> {
-    let request = http::Request::get(format!("{}{}", endpoint.url, protocol::work_path(cluster)))
-        .header("authorization", format!("Bearer {token}"))
-        .body(Body::empty())?;
-    let response = endpoint.client.request(request).await?;
-    if !response.status().is_success() {
-        return Err(format!("{}", response.status()).into());
-    }
-    let mut body = response.into_body();
-    let mut buffer: Vec<u8> = Vec::new();
-    while let Some(frame) = body.frame().await {
-        if let Ok(data) = frame?.into_data() {
-            buffer.extend_from_slice(&data);
-        }
-        while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = buffer.drain(..=end).collect();
-            match serde_json::from_slice::<WorkEvent>(&line[..end])? {
-                WorkEvent::Upsert { .. } => {
-                    upserts.fetch_add(1, Ordering::Relaxed);
-                }
-                WorkEvent::Reset { .. } => upserts.store(0, Ordering::Relaxed),
-                _ => {}
-            }
-        }
-    }
-    Ok(())
-}
-
-/// The hub in this process; returns the agent API's URL.
-async fn start_hub(
-    fleet: &Fleet,
-    binder_workers: usize,
-) -> Result<(String, prometheus::Registry), BoxError> {
-    let api_port = lifeboat_e2e::ports::free_port()?;
-    let dir = workspace_root().join("target/hub-e2e-bench");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir)?;
-    let options = HubOptions {
-        kubeconfig: Some(fleet.kubeconfig("hub")?),
-        install_crds: true,
-        metrics_bind: None,
-        agent_api_bind: SocketAddr::from(([127, 0, 0, 1], api_port)),
-        agent_api_tls: AgentApiTls::CaSecret {
-            secret: CA_SECRET.into(),
-            names: vec!["127.0.0.1".into()],
-        },
-        agent_api: AgentApiConfig::default(),
-        cluster_health: ClusterHealthConfig::default(),
-        leader_election: None,
-        binder_workers,
-        // The binary's default.
-        status_writers: 8,
-        scheduler: Default::default(),
-        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
-        database_url: format!("sqlite://{}", dir.join("ledger.db").display()),
-        recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
-    };
-    let registry = prometheus::Registry::new();
-    let hub_registry = registry.clone();
-    tokio::spawn(async move {
-        if let Err(error) =
-            lifeboat_hub::hub::run(options, hub_registry, std::future::pending()).await
-        {
-            eprintln!("hub stopped: {error}");
-        }
-    });
-    Ok((format!("https://127.0.0.1:{api_port}"), registry))
-}
-
-/// Polls `check` (setup only; the timed part watches) until it answers `Ok`.
-async fn until<T, F, Fut>(what: &str, mut check: F) -> Result<T, BoxError>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = Instant::now() + SETUP_TIMEOUT;
-    loop {
-        match check().await {
-            Ok(v) => return Ok(v),
-            Err(why) if Instant::now() > deadline => {
-                return Err(format!("{what}: {why}").into());
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-/// The bootstrap token, and a client trusting the hub's CA once the hub made it.
-async fn bootstrap(hub: &kube::Client, url: &str) -> Result<Arc<AgentEndpoint>, BoxError> {
-    let ca = lifeboat_e2e::fleet::lifeboat::hub_ca(hub, CA_SECRET, SETUP_TIMEOUT).await?;
-    match support::bootstrap_token(
-        hub,
-        HUB_SYSTEM_NAMESPACE,
-        BOOTSTRAP_SECRET,
-        BOOTSTRAP_TOKEN,
-        None,
-        None,
-    )
-    .await
-    {
-        Ok(()) => {}
-        Err(e) if e.to_string().contains("already exists") => {}
-        Err(e) => return Err(e.to_string().into()),
-    }
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(&ca) {
-        roots.add(cert?)?;
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    Ok(Arc::new(AgentEndpoint {
-        client: support::https_client(tls),
-        url: url.to_string(),
-    }))
-}
-
-fn is_ready(cluster: &Cluster) -> bool {
-    cluster.ready_status() == Some("True")
 }
 
 fn scheduled(binding: &ResourceBinding) -> bool {
@@ -566,41 +221,17 @@ async fn run_once(
 async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
     let client = fleet.client("hub").await?;
     // The hub keeps AppWrappers as templates: their CRD must be served there.
-    lifeboat_runtime::crd::ensure(
-        &client,
-        &lifeboat_api::crds::appwrapper().crd,
-        "hub-e2e-bench",
-        lifeboat_runtime::crd::ESTABLISHED_TIMEOUT,
-    )
+    sim_agent::ensure_appwrapper_crd(&client).await?;
+    let binder_workers = args.binder_workers;
+    let (url, registry) = start_hub(fleet, "hub-e2e-bench", |options| {
+        options.binder_workers = binder_workers;
+    })
     .await?;
-    let (url, registry) = start_hub(fleet, args.binder_workers).await?;
     let endpoint = bootstrap(&client, &url).await?;
 
     let setup = Instant::now();
     let names: Vec<String> = (0..args.clusters).map(|c| format!("gpu-{c:03}")).collect();
-    let agents = futures::stream::iter(names.clone())
-        .map(|name| start_agent(endpoint.clone(), name))
-        .buffer_unordered(8)
-        .try_collect::<Vec<_>>()
-        .await?;
-    let clusters: Api<Cluster> = Api::all(client.clone());
-    until("every simulated cluster Ready", || async {
-        let list = clusters
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|c| is_ready(c) && names.contains(&c.metadata.name.clone().unwrap_or_default()))
-            .count();
-        if ready == names.len() {
-            Ok(())
-        } else {
-            Err(format!("{ready} of {} Ready", names.len()))
-        }
-    })
-    .await?;
+    let agents = start_agents(&client, &endpoint, &names, None).await?;
     println!(
         "hub in process on {url} ({} binder workers); {} simulated clusters registered, heartbeating with {GPU_NODES} GPU nodes each and Ready in {:.1} s",
         args.binder_workers,

@@ -50,6 +50,16 @@ pub struct TestContext {
 }
 
 impl TestContext {
+    /// A context on a fleet started outside [`run`] (bench binaries, which cargo runs with
+    /// `--bench` and so cannot use the test harness), with `namespace` as its namespace.
+    pub fn new(fleet: Arc<Fleet>, namespace: &str) -> TestContext {
+        TestContext {
+            fleet,
+            namespace: namespace.to_string(),
+            created: Mutex::new(HashMap::new()),
+        }
+    }
+
     /// An admin client for a cluster of the fleet.
     pub async fn client(&self, cluster: &str) -> Result<kube::Client, TestError> {
         Ok(self.fleet.client(cluster).await?)

@@ -1,0 +1,362 @@
+//! Failover end to end on the local fleet (issue 9's third figure): the real hub and one real
+//! agent per member in hub mode, both in this process as in the failover suite
+//! (`tests/failover.rs`, whose helpers this bench includes), on a fleet of a hub and 2 members
+//! (2 kwok nodes of 8 GPUs each).
+//!
+//! Policy: `failover.application` {`decisionConditions.tolerationSeconds: 0`, `purgeMode:
+//! Gracefully`, `gracePeriodSeconds: 1` (the smallest the CRD takes; the new copy does not wait
+//! for it), `blockPredecessorSeconds: 3600`}. Each run creates an
+//! AppWrapper on the hub (one Job, one pod asking for 1 GPU; `retryLimit: 0` and
+//! `failureGracePeriodDuration: 0s`, so one infrastructure failure is terminal) and waits until
+//! it is Running in the member it was placed in. The fault: the node under its pod is made
+//! NotReady (`faults::set_node_ready`, so the failure is classed Infrastructure) and the pod is
+//! failed (`faults::fail_pod`), the patches sent one after the other. Timed: from sending the
+//! first patch to the AppWrapper seen Running in the other member (a watch of this process); and
+//! from the pod seen Failed in the old member (watch) when it was (the agent may act on the
+//! NotReady node first and delete the pod before it fails). Between runs the AppWrapper is deleted on the hub and the node repaired.
+//!
+//!   cargo bench --profile dev -p lifeboat-agent --bench failover_e2e -- [--runs 5]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::runtime::watcher;
+use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
+use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
+use lifeboat_e2e::harness::TestContext;
+use lifeboat_e2e::{faults, wait};
+use serde_json::json;
+use support::hub::{
+    appwrapper_resource, binding_of, placement, start_hub, tempfile_dir, two_agents,
+};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const NAMESPACE: &str = "failover-e2e-bench";
+/// Longest wait for one move before the bench gives up.
+const MOVE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What the watches saw, by (member, AppWrapper name): the first instant.
+#[derive(Default)]
+struct Seen {
+    pod_failed: Mutex<HashMap<(String, String), Instant>>,
+    running: Mutex<HashMap<(String, String), Instant>>,
+}
+
+impl Seen {
+    fn first(map: &Mutex<HashMap<(String, String), Instant>>, member: &str, name: &str) {
+        map.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry((member.to_string(), name.to_string()))
+            .or_insert_with(Instant::now);
+    }
+
+    fn get(
+        map: &Mutex<HashMap<(String, String), Instant>>,
+        member: &str,
+        name: &str,
+    ) -> Option<Instant> {
+        map.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&(member.to_string(), name.to_string()))
+            .copied()
+    }
+}
+
+/// Watches the pods and AppWrappers of the bench's namespace in `member`.
+fn watch_member(
+    client: kube::Client,
+    member: String,
+    seen: Arc<Seen>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    let appwrappers: Api<DynamicObject> =
+        Api::namespaced_with(client, NAMESPACE, &appwrapper_resource());
+    let (pod_member, pod_seen) = (member.clone(), seen.clone());
+    let pod_watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher(pods, watcher::Config::default()));
+        loop {
+            match stream.try_next().await {
+                Ok(Some(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod))) => {
+                    let failed =
+                        pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+                    if let (true, Some(aw)) = (
+                        failed,
+                        pod.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get(APPWRAPPER_LABEL)),
+                    ) {
+                        Seen::first(&pod_seen.pod_failed, &pod_member, aw);
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => eprintln!("pod watch of {pod_member}: {e}; retrying"),
+            }
+        }
+    });
+    let aw_watch = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(watcher(appwrappers, watcher::Config::default()));
+        loop {
+            match stream.try_next().await {
+                Ok(Some(watcher::Event::Apply(aw) | watcher::Event::InitApply(aw))) => {
+                    if aw.data["status"]["phase"].as_str() == Some("Running")
+                        && let Some(name) = &aw.metadata.name
+                    {
+                        Seen::first(&seen.running, &member, name);
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(e) => eprintln!("AppWrapper watch of {member}: {e}; retrying"),
+            }
+        }
+    });
+    vec![pod_watch, aw_watch]
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// One move's figures: from the pod seen Failed, and from the fault's first patch.
+struct Moved {
+    from_pod_failed: Option<Duration>,
+    from_patch: Duration,
+}
+
+async fn one_run(
+    ctx: &TestContext,
+    hub: &kube::Client,
+    seen: &Seen,
+    run: usize,
+    members: &[String; 2],
+) -> Result<Moved, BoxError> {
+    let name = format!("train-{run}");
+    let appwrappers: Api<DynamicObject> =
+        Api::namespaced_with(hub.clone(), NAMESPACE, &appwrapper_resource());
+    let bindings: Api<lifeboat_api::binding::ResourceBinding> =
+        Api::namespaced(hub.clone(), NAMESPACE);
+    let mut train = serde_json::to_value(support::appwrapper(
+        &name,
+        &[("retryLimit", "0"), ("failureGracePeriodDuration", "0s")],
+        vec![support::job(&format!("{name}-job"), "sleep 3600", 1, 1)],
+    )?)?;
+    train["metadata"]["namespace"] = json!(NAMESPACE);
+    appwrappers
+        .create(&PostParams::default(), &serde_json::from_value(train)?)
+        .await?;
+    let placed = wait::until(&format!("{name} placed"), support::T, || async {
+        let b = binding_of(&bindings, &name).await?;
+        match placement(&b).as_slice() {
+            [one] => Ok(one.clone()),
+            other => Err(format!("clusters {other:?}")),
+        }
+    })
+    .await?;
+    let other = if placed == members[0] {
+        &members[1]
+    } else {
+        &members[0]
+    };
+    wait::until(
+        &format!("{name} Running in {placed}"),
+        support::T,
+        || async {
+            Seen::get(&seen.running, &placed, &name)
+                .map(|_| ())
+                .ok_or_else(|| "not yet".to_string())
+        },
+    )
+    .await?;
+    let member = ctx.client(&placed).await?;
+    let pods = wait::until(&format!("{name}'s pod on a node"), support::T, || async {
+        let pods = support::pods_of(ctx, &placed, &name)
+            .await
+            .map_err(|e| e.to_string())?;
+        if pods
+            .iter()
+            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        {
+            Ok(pods)
+        } else {
+            Err("no pod on a node yet".to_string())
+        }
+    })
+    .await?;
+    let nodes: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+        .collect();
+    // The fault: the node under the pod goes NotReady and the pod fails, both patches sent at
+    // once. The agent may act on the NotReady node first (it fails the AppWrapper, whose pods
+    // are deleted): then the pod is gone before its fail patch, and the fault is in already.
+    let patched = Instant::now();
+    for node in &nodes {
+        faults::set_node_ready(&member, node, false).await?;
+    }
+    for pod in &pods {
+        let pod = pod.metadata.name.clone().unwrap_or_default();
+        match faults::fail_pod(&member, NAMESPACE, &pod, 1).await {
+            Ok(()) => {}
+            Err(e) if e.to_string().contains("NotFound") => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let running = wait::until(
+        &format!("{name} Running in {other}"),
+        MOVE_TIMEOUT,
+        || async { Seen::get(&seen.running, other, &name).ok_or_else(|| "not yet".to_string()) },
+    )
+    .await?;
+    let pod_failed = Seen::get(&seen.pod_failed, &placed, &name);
+    let moved = Moved {
+        from_pod_failed: pod_failed.map(|f| running.saturating_duration_since(f)),
+        from_patch: running.saturating_duration_since(patched),
+    };
+    println!(
+        "run {run}: {name} {placed} → {other}: pod seen Failed → Running in {other} {}, fault injected → Running {:.0} ms; load average (1 min) {}",
+        moved
+            .from_pod_failed
+            .map(|d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+            .unwrap_or_else(|| "n/a (the pod was never seen Failed)".into()),
+        moved.from_patch.as_secs_f64() * 1000.0,
+        load_average()
+    );
+    // Clean up for the next run: the AppWrapper gone (its GPU freed), the node Ready again.
+    appwrappers.delete(&name, &DeleteParams::default()).await?;
+    support::hub::repair_nodes(ctx, &placed, &nodes).await?;
+    Ok(moved)
+}
+
+fn summary(label: &str, mut values: Vec<Duration>) {
+    values.sort();
+    if values.is_empty() {
+        println!("{label}: no samples");
+        return;
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{label}: p50 {:.0} ms, max {:.0} ms ({} runs); target < 5 s",
+        ms(values[(values.len() - 1) / 2]),
+        ms(values[values.len() - 1]),
+        values.len()
+    );
+}
+
+async fn bench(fleet: Arc<Fleet>, runs: usize) -> Result<(), BoxError> {
+    let ctx = TestContext::new(fleet.clone(), NAMESPACE);
+    let dir = tempfile_dir(NAMESPACE)?;
+    let hub = ctx.client("hub").await?;
+    lifeboat_agent::install::ensure_crd(&hub).await?;
+    let hub_url = start_hub(&ctx).await?;
+    let names = fleet.member_names();
+    let [first, second] = names.as_slice() else {
+        return Err("the fleet needs two members".into());
+    };
+    let members = [first.clone(), second.clone()];
+    let _agents = two_agents(&ctx, &hub, &hub_url, &dir, [first, second]).await?;
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &hub,
+        NAMESPACE,
+        "failover",
+        json!({
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper"}],
+            "failover": {"application": {
+                "decisionConditions": {"tolerationSeconds": 0},
+                "purgeMode": "Gracefully",
+                "gracePeriodSeconds": 1,
+                "blockPredecessorSeconds": 3600
+            }}
+        }),
+    )
+    .await?;
+    let seen = Arc::new(Seen::default());
+    let mut watches = Vec::new();
+    for member in &members {
+        watches.extend(watch_member(
+            ctx.client(member).await?,
+            member.clone(),
+            seen.clone(),
+        ));
+    }
+    let mut from_pod = Vec::new();
+    let mut from_patch = Vec::new();
+    let mut result = Ok(());
+    for run in 1..=runs {
+        match one_run(&ctx, &hub, &seen, run, &members).await {
+            Ok(moved) => {
+                from_pod.extend(moved.from_pod_failed);
+                from_patch.push(moved.from_patch);
+            }
+            Err(e) => {
+                result = Err(e);
+                break;
+            }
+        }
+    }
+    for watch in watches {
+        watch.abort();
+    }
+    result?;
+    summary(
+        "pod seen Failed → AppWrapper seen Running in the other member",
+        from_pod,
+    );
+    summary(
+        "fault injected (first patch sent) → AppWrapper seen Running in the other member",
+        from_patch,
+    );
+    Ok(())
+}
+
+fn main() -> Result<(), BoxError> {
+    let mut runs = 5;
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        if arg == "--runs" {
+            runs = it
+                .next()
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|n| *n > 0)
+                .ok_or("--runs needs a positive number")?;
+        }
+    }
+    println!(
+        "profile: {}; load average (1 min) at start: {}",
+        if cfg!(debug_assertions) {
+            "dev (debug assertions on)"
+        } else {
+            "release"
+        },
+        load_average()
+    );
+    let rt = tokio::runtime::Runtime::new()?;
+    let mut config =
+        FleetConfig::new(workspace_root().join("target/e2e-fleets/failover-e2e-bench"));
+    config.members = 2;
+    config.nodes_per_member = 2;
+    config.gpus_per_node = 8;
+    let started = Instant::now();
+    let fleet = Arc::new(rt.block_on(Fleet::up(config))?);
+    println!(
+        "fleet: hub + 2 members, 2 nodes of 8 GPUs each, ready in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let result = rt.block_on(bench(fleet.clone(), runs));
+    // The hub and agents stop with the runtime, before the fleet they talk to goes away.
+    rt.shutdown_timeout(Duration::from_secs(5));
+    fleet.teardown();
+    result
+}
