@@ -41,17 +41,9 @@ command -v go >/dev/null 2>&1 ||
 export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 step "using $(go env GOVERSION), cache dir $bin_dir"
 
-# Same policy as e2e/k8s/build.sh: on CI the Go caches serve nothing once the binary is built.
-if [[ "${CI:-}" == true || "${LIFEBOAT_K8S_DROP_GO_CACHES:-}" == 1 ]]; then
-  go_scratch="$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-tools-go.XXXXXX")"
-  export GOCACHE="$go_scratch/build" GOMODCACHE="$go_scratch/mod"
-  drop_go_caches() {
-    go clean -modcache >/dev/null 2>&1 || chmod -R u+w "$go_scratch" 2>/dev/null
-    rm -rf "$go_scratch"
-  }
-  trap drop_go_caches EXIT
-  step "private Go caches in $go_scratch (removed when done)"
-fi
+# shellcheck source=../go-caches.sh
+source "$here/../go-caches.sh"
+private_go_caches tools
 
 # The wrapper module's go.mod pins helm; a version bump re-derives it.
 mod_dir="$here/helm"
