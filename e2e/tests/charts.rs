@@ -1,8 +1,9 @@
 //! The Helm charts (charts/) against the fleet's real apiservers and the real binaries: the CRD
 //! copies equal `crds/`, `helm lint --strict`, every rendering accepted by a server-side dry run,
 //! install / upgrade / uninstall, the hub and the agent started with exactly the arguments and
-//! environment their rendered Deployments give them (the agent joins the hub and runs a placed
-//! AppWrapper), and every metric the dashboard and the alert rules name exported by them.
+//! environment their rendered Deployments give them, under the ServiceAccount and roles of their
+//! charts (the agent joins the hub and runs a placed AppWrapper; a read outside the roles is
+//! denied), and every metric the dashboard and the alert rules name exported by them.
 //!
 //! Helm comes from `make tools` (e2e/tools/build.sh). The fleet has no Prometheus Operator and
 //! no cert-manager: minimal stand-ins of their CRDs (e2e/testdata/chart-crds, spec not
@@ -20,8 +21,10 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use kube::config::Kubeconfig;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_e2e::fleet::lifeboat::{
     appwrapper_resource, cluster_ready, hub_ca_in, lifeboat_bin_dir, place_training,
@@ -432,13 +435,15 @@ async fn container_of(
     })
 }
 
-/// Starts `binary` as the container would run (the fleet's kubeconfig of `cluster` stands in for
-/// the in-cluster service account), its output in the fleet's state dir.
+/// Starts `binary` as the container would run, authenticated by `kubeconfig` (in the tests below
+/// a token of the chart's ServiceAccount, as the pod's in-cluster config would be), its output in
+/// the fleet's state dir.
 fn start(
     ctx: &TestContext,
     binary: &str,
     container: &Container,
     cluster: &str,
+    kubeconfig: &Path,
 ) -> Result<tokio::process::Child, TestError> {
     let log = ctx
         .fleet
@@ -450,7 +455,7 @@ fn start(
         .args(&container.args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("KUBECONFIG", ctx.fleet.kubeconfig(cluster)?)
+        .env("KUBECONFIG", kubeconfig)
         .envs(container.env.iter().cloned())
         .stdin(Stdio::null())
         .stdout(out)
@@ -461,6 +466,99 @@ fn start(
             format!("starting {binary} (cargo build -p lifeboat-hub -p lifeboat-agent): {e}")
         })?;
     Ok(child)
+}
+
+/// Applies the ServiceAccount and RBAC of `chart` (release `release` in `namespace`) to `cluster`
+/// and returns a kubeconfig authenticating as that ServiceAccount (a TokenRequest token), so a
+/// binary runs with exactly the chart's permissions.
+async fn chart_service_account(
+    ctx: &TestContext,
+    chart: Chart,
+    release: &str,
+    namespace: &str,
+    cluster: &str,
+) -> Result<PathBuf, TestError> {
+    let rbac = render(
+        ctx,
+        chart,
+        release,
+        namespace,
+        None,
+        &[],
+        &[
+            "--show-only",
+            "templates/serviceaccount.yaml",
+            "--show-only",
+            "templates/rbac.yaml",
+        ],
+    )
+    .await?;
+    kubectl_ok(ctx, cluster, &["apply", "-f", "-"], Some(rbac)).await?;
+    let account = format!("{release}-{}", chart.name());
+    let admin = ctx.client(cluster).await?;
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(&account, &PostParams::default(), &request)
+        .await?
+        .status
+        .and_then(|s| s.token)
+        .ok_or("a TokenRequest without a token")?;
+    let admin_config = Kubeconfig::read_from(ctx.fleet.kubeconfig(cluster)?)?;
+    let server = admin_config
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.clone())
+        .ok_or("the fleet's kubeconfig has no cluster")?;
+    let path = ctx
+        .fleet
+        .state_dir()
+        .join(format!("chart-{account}-{cluster}.kubeconfig"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1
+kind: Config
+clusters:
+- name: {cluster}
+  cluster:
+    server: {server}
+    certificate-authority: {ca}
+users:
+- name: {account}
+  user:
+    token: {token}
+contexts:
+- name: {account}
+  context:
+    cluster: {cluster}
+    user: {account}
+    namespace: {namespace}
+current-context: {account}
+",
+            server = server.server.unwrap_or_default(),
+            ca = server.certificate_authority.unwrap_or_default(),
+        ),
+    )?;
+    Ok(path)
+}
+
+/// Err naming the first request the apiserver refused (403) in a process log.
+fn forbidden_in(log: &Path) -> TestResult {
+    let text = std::fs::read_to_string(log)?;
+    match text
+        .lines()
+        .find(|l| l.contains("Forbidden") || l.contains("forbidden"))
+    {
+        Some(line) => Err(format!("{} was refused a request: {line}", log.display()).into()),
+        None => Ok(()),
+    }
 }
 
 /// GET http://127.0.0.1:PORT/PATH while `child` runs: the body once it answers 200.
@@ -643,7 +741,8 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     )
     .await?;
     let hub_container = container_of(&ctx, &rendering, "hub", &ns, "lb-lifeboat-hub-0").await?;
-    let mut hub_process = start(&ctx, "lifeboat-hub", &hub_container, "hub")?;
+    let hub_account = chart_service_account(&ctx, Chart::Hub, "lb", &ns, "hub").await?;
+    let mut hub_process = start(&ctx, "lifeboat-hub", &hub_container, "hub", &hub_account)?;
     let hub_log = ctx.fleet.state_dir().join("chart-lifeboat-hub-hub.log");
     get_ok(&mut hub_process, hub_metrics, "/healthz", &hub_log).await?;
     get_ok(&mut hub_process, hub_metrics, "/readyz", &hub_log).await?;
@@ -708,7 +807,14 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     .await?;
     let agent_container =
         container_of(&ctx, &rendering, member, &ns, "lb-lifeboat-agent-0").await?;
-    let mut agent_process = start(&ctx, "lifeboat-agent", &agent_container, member)?;
+    let agent_account = chart_service_account(&ctx, Chart::Agent, "lb", &ns, member).await?;
+    let mut agent_process = start(
+        &ctx,
+        "lifeboat-agent",
+        &agent_container,
+        member,
+        &agent_account,
+    )?;
     let agent_log = ctx
         .fleet
         .state_dir()
@@ -772,6 +878,25 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     let _ = agent_process.kill().await;
     let _ = hub_process.kill().await;
     missing?;
+
+    // The roles are enough: no request of either process was refused.
+    forbidden_in(&hub_log)?;
+    forbidden_in(&agent_log)?;
+    // Nothing beyond the roles: neither reads Secrets outside its namespace.
+    for (cluster, account) in [("hub", &hub_account), (member, &agent_account)] {
+        let client = lifeboat_e2e::kubeconfig::client(account).await?;
+        let elsewhere: Api<Secret> = Api::namespaced(client, "kube-system");
+        match elsewhere.list(&Default::default()).await {
+            Err(kube::Error::Api(s)) if s.code == 403 => {}
+            other => {
+                return Err(format!(
+                    "{cluster}: listing Secrets in kube-system as {} gave {other:?}, not 403",
+                    account.display()
+                )
+                .into());
+            }
+        }
+    }
     Ok(())
 }
 
@@ -802,7 +927,8 @@ async fn rendered_standalone_agent(ctx: Arc<TestContext>) -> TestResult {
         "{:?}",
         container.args
     );
-    let mut process = start(&ctx, "lifeboat-agent", &container, member)?;
+    let account = chart_service_account(&ctx, Chart::Agent, "solo", &ns, member).await?;
+    let mut process = start(&ctx, "lifeboat-agent", &container, member, &account)?;
     let log = ctx
         .fleet
         .state_dir()
@@ -822,6 +948,7 @@ async fn rendered_standalone_agent(ctx: Arc<TestContext>) -> TestResult {
     })
     .await;
     let _ = process.kill().await;
+    forbidden_in(&log)?;
     // Its webhook configurations point at a Service nobody serves here: remove them.
     for (kind, name) in [
         (
