@@ -520,31 +520,13 @@ async fn chart_service_account(
         .fleet
         .state_dir()
         .join(format!("chart-{account}-{cluster}.kubeconfig"));
-    std::fs::write(
+    lifeboat_e2e::kubeconfig::write_token(
         &path,
-        format!(
-            "apiVersion: v1
-kind: Config
-clusters:
-- name: {cluster}
-  cluster:
-    server: {server}
-    certificate-authority: {ca}
-users:
-- name: {account}
-  user:
-    token: {token}
-contexts:
-- name: {account}
-  context:
-    cluster: {cluster}
-    user: {account}
-    namespace: {namespace}
-current-context: {account}
-",
-            server = server.server.unwrap_or_default(),
-            ca = server.certificate_authority.unwrap_or_default(),
-        ),
+        cluster,
+        &server.server.unwrap_or_default(),
+        Path::new(&server.certificate_authority.unwrap_or_default()),
+        (&account, &token),
+        namespace,
     )?;
     Ok(path)
 }
