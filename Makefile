@@ -76,15 +76,15 @@ ledger:
 	bash scripts/postgres.sh $(CARGO) test -p lifeboat-hub --test ledger
 
 # End-to-end tests: each test binary starts its own fleet of real control planes. The suites
-# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs) start the binaries built
-# here (cargo test builds only the test binaries).
+# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs) start the
+# binaries built here (cargo test builds only the test binaries).
 .PHONY: e2e
 e2e: k8s-bins tools lifeboat-bins
 	$(CARGO) test --workspace --test '*'
 
 .PHONY: lifeboat-bins
 lifeboat-bins:
-	$(CARGO) build -p lifeboat-hub -p lifeboat-agent
+	$(CARGO) build -p lifeboat-hub -p lifeboat-agent -p lifeboatctl
 
 .PHONY: bench
 bench: k8s-bins

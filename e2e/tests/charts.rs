@@ -23,7 +23,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use kube::api::{Api, DynamicObject, PostParams};
 use kube::config::Kubeconfig;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_e2e::fleet::lifeboat::{
@@ -729,64 +729,63 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     get_ok(&mut hub_process, hub_metrics, "/healthz", &hub_log).await?;
     get_ok(&mut hub_process, hub_metrics, "/readyz", &hub_log).await?;
 
-    // A bootstrap token (what `lifeboatctl join` mints) and the hub's CA, as Secrets in the
-    // member for the agent chart's existingSecret values.
-    // Random enough for a test; the hub asks for at least 32 bytes.
-    let token = format!(
-        "charts-e2e-{:016x}{:016x}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)?
-            .as_nanos()
-    );
-    let hub_secrets: Api<Secret> = Api::namespaced(hub.clone(), &ns);
-    hub_secrets
-        .create(
-            &PostParams::default(),
-            &secret(
-                "chart-bootstrap",
-                "lifeboat.dev/bootstrap-token",
-                "token",
-                token.as_bytes(),
-            ),
-        )
-        .await?;
-    let ca = hub_ca_in(&hub, &ns, "lb-lifeboat-hub-ca", T).await?;
-    let member_secrets: Api<Secret> = Api::namespaced(ctx.client(member).await?, &ns);
-    member_secrets
-        .create(
-            &PostParams::default(),
-            &secret("bootstrap", "Opaque", "token", token.as_bytes()),
-        )
-        .await?;
-    member_secrets
-        .create(
-            &PostParams::default(),
-            &secret("hub-ca", "Opaque", "ca.crt", &ca),
-        )
-        .await?;
-
-    // The agent in hub mode, as its Deployment runs it.
+    // `lifeboatctl join` mints the bootstrap token and prints the agent chart's values.
+    hub_ca_in(&hub, &ns, "lb-lifeboat-hub-ca", T).await?;
     let cluster_name = "charts-joined";
-    let rendering = render(
-        &ctx,
-        Chart::Agent,
-        "lb",
-        &ns,
-        None,
-        &[
-            format!("clusterName={cluster_name}"),
+    let ca_out = ctx.fleet.state_dir().join("chart-hub-ca.crt");
+    let join = tokio::process::Command::new(lifeboat_bin_dir()?.join("lifeboatctl"))
+        .args([
+            "join",
+            cluster_name,
+            "--namespace",
+            &ns,
+            "--ca-secret",
+            "lb-lifeboat-hub-ca",
+        ])
+        .arg(format!("--hub-url=https://127.0.0.1:{agent_api}"))
+        .arg("--ca-out")
+        .arg(&ca_out)
+        .env("KUBECONFIG", ctx.fleet.kubeconfig("hub")?)
+        .output()
+        .await?;
+    let printed = String::from_utf8_lossy(&join.stdout).into_owned();
+    assert!(
+        join.status.success() && printed.starts_with("helm install "),
+        "lifeboatctl join: {printed}{}",
+        String::from_utf8_lossy(&join.stderr)
+    );
+    // The values of the printed command, then this test's own: free ports, no webhook (member-2
+    // runs the agent with its webhook: the fleet's apiservers cannot call a webhook Service).
+    let words: Vec<&str> = printed.split_whitespace().collect();
+    let mut values: Vec<String> = Vec::new();
+    for pair in words.windows(2) {
+        if pair[0] == "--set" || pair[0] == "--set-file" {
+            values.extend([pair[0].to_string(), pair[1].to_string()]);
+        }
+    }
+    assert!(
+        values
+            .iter()
+            .any(|v| v.starts_with("hub.bootstrapToken.value=")),
+        "{printed}"
+    );
+    values.extend(
+        [
             format!("metrics.port={agent_metrics}"),
-            format!("hub.url=https://127.0.0.1:{agent_api}"),
-            "hub.bootstrapToken.existingSecret=bootstrap".into(),
-            "hub.ca.existingSecret=hub-ca".into(),
-            // Member-2 runs the agent with its webhook (rendered_standalone_agent...): the
-            // fleet's apiservers cannot call a webhook Service.
-            "webhook.enabled=false".into(),
-        ],
-        &["--show-only", "templates/deployment.yaml"],
-    )
-    .await?;
+            "webhook.enabled=false".to_string(),
+        ]
+        .into_iter()
+        .flat_map(|v| ["--set".to_string(), v]),
+    );
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    // The chart's Secrets (token and CA from the values), applied as helm would.
+    let mut show_secrets = values.clone();
+    show_secrets.extend(["--show-only", "templates/secret.yaml"]);
+    let secrets = render(&ctx, Chart::Agent, "lb", &ns, None, &[], &show_secrets).await?;
+    kubectl_ok(&ctx, member, &["apply", "-f", "-"], Some(secrets)).await?;
+    let mut show_deployment = values.clone();
+    show_deployment.extend(["--show-only", "templates/deployment.yaml"]);
+    let rendering = render(&ctx, Chart::Agent, "lb", &ns, None, &[], &show_deployment).await?;
     let agent_container =
         container_of(&ctx, &rendering, member, &ns, "lb-lifeboat-agent-0").await?;
     let agent_account = chart_service_account(&ctx, Chart::Agent, "lb", &ns, member).await?;
@@ -953,16 +952,4 @@ async fn rendered_standalone_agent(ctx: Arc<TestContext>) -> TestResult {
     served?;
     issued?;
     Ok(())
-}
-
-fn secret(name: &str, type_: &str, key: &str, value: &[u8]) -> Secret {
-    Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        type_: Some(type_.into()),
-        data: Some([(key.to_string(), ByteString(value.to_vec()))].into()),
-        ..Default::default()
-    }
 }
