@@ -21,11 +21,17 @@ help:
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
 	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
+	@echo "make tools   build helm (pinned, cached beside the k8s binaries) for the chart tests"
 	@echo "make bench   benchmarks (see BENCHMARKS.md)"
 
 .PHONY: k8s-bins
 k8s-bins:
 	@bash e2e/k8s/build.sh
+
+# Helm from its Go module (e2e/tools/versions.env), for the chart suite e2e/tests/charts.rs.
+.PHONY: tools
+tools:
+	@bash e2e/tools/build.sh
 
 .PHONY: demo
 demo: k8s-bins
@@ -70,15 +76,15 @@ ledger:
 	bash scripts/postgres.sh $(CARGO) test -p lifeboat-hub --test ledger
 
 # End-to-end tests: each test binary starts its own fleet of real control planes. The suites
-# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs) start the binaries built
-# here (cargo test builds only the test binaries).
+# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs) start the
+# binaries built here (cargo test builds only the test binaries).
 .PHONY: e2e
-e2e: k8s-bins lifeboat-bins
+e2e: k8s-bins tools lifeboat-bins
 	$(CARGO) test --workspace --test '*'
 
 .PHONY: lifeboat-bins
 lifeboat-bins:
-	$(CARGO) build -p lifeboat-hub -p lifeboat-agent
+	$(CARGO) build -p lifeboat-hub -p lifeboat-agent -p lifeboatctl
 
 .PHONY: bench
 bench: k8s-bins

@@ -8,6 +8,7 @@ mod bindings;
 mod convert;
 mod history;
 mod interpret;
+mod join;
 mod reset;
 mod table;
 
@@ -32,6 +33,8 @@ enum Command {
     ConfirmPurge(bindings::ConfirmPurgeArgs),
     /// Ask the hub for one in-place reset of a binding's workload (delete and recreate it in its cluster).
     Reset(reset::ResetArgs),
+    /// Mint a bootstrap token for a member cluster and print the helm install that joins it.
+    Join(join::JoinArgs),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Get(args) => bindings::run_get(args),
         Command::ConfirmPurge(args) => bindings::run_confirm_purge(args),
         Command::Reset(args) => reset::run(args),
+        Command::Join(args) => join::run(args),
     };
     match result {
         Ok(code) => code,

@@ -81,6 +81,24 @@ impl FailoverMetrics {
             ),
             &["reason"],
         )?;
+        // Every known series exists at 0 from the start, so rate() and increase() in alerts and
+        // dashboards see the first failover instead of a series that appears with it (Prometheus
+        // cannot tell "0 to 1" from "absent to 1").
+        for reason in [
+            lifeboat_api::binding::EVICTION_APPLICATION_FAILURE,
+            lifeboat_api::binding::EVICTION_CLUSTER_FAILURE,
+            lifeboat_api::binding::EVICTION_CLUSTER_DELETED,
+        ] {
+            for class in lifeboat_api::health::FailureClass::ALL {
+                failovers.with_label_values(&[reason, class.as_str()]);
+            }
+        }
+        for reason in [
+            crate::failover::RESET_FAILURE,
+            crate::failover::RESET_MANUAL,
+        ] {
+            in_place_resets.with_label_values(&[reason]);
+        }
         registry.register(Box::new(failovers.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(blocked.clone()))?;
@@ -472,6 +490,45 @@ mod tests {
     use lifeboat_api::health::FailureClass;
     use lifeboat_api::policy::PurgeMode;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn every_known_failover_and_reset_series_is_exported_at_zero_from_the_start() {
+        let registry = prometheus::Registry::new();
+        let _metrics = FailoverMetrics::new(&registry).unwrap();
+        let families = registry.gather();
+        let series = |name: &str| -> Vec<(Vec<String>, f64)> {
+            families
+                .iter()
+                .filter(|f| f.name() == name)
+                .flat_map(|f| f.get_metric().iter())
+                .map(|m| {
+                    let labels = m
+                        .get_label()
+                        .iter()
+                        .map(|l| l.value().to_string())
+                        .collect();
+                    (labels, m.get_counter().get_value())
+                })
+                .collect()
+        };
+        let failovers = series("lifeboat_hub_failovers_total");
+        assert_eq!(
+            failovers.len(),
+            3 * FailureClass::ALL.len(),
+            "{failovers:?}"
+        );
+        assert!(failovers.iter().all(|(_, v)| *v == 0.0));
+        // Labels come sorted by name: class, reason.
+        assert!(
+            failovers
+                .iter()
+                .any(|(l, _)| l == &["Infrastructure", "ClusterFailure"])
+        );
+        let resets = series("lifeboat_hub_in_place_resets_total");
+        let mut reasons: Vec<String> = resets.into_iter().flat_map(|(l, _)| l).collect();
+        reasons.sort();
+        assert_eq!(reasons, ["failure", "manual"]);
+    }
 
     fn at(second: i64) -> Time {
         Time(Timestamp::from_second(1_900_000_000 + second).unwrap())

@@ -49,21 +49,9 @@ export GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod
 go_have="$(go env GOVERSION)"
 step "using $go_have, cache dir $bin_dir"
 
-# On CI (CI=true) or with LIFEBOAT_K8S_DROP_GO_CACHES=1 the Go build and module caches are private
-# to this run and removed afterwards: they hold about 4 GB once the binaries are built and serve
-# nothing after that (the binaries themselves are cached in $bin_dir), and a CI machine's disk is
-# shared with the Cargo target directory.
-if [[ "${CI:-}" == true || "${LIFEBOAT_K8S_DROP_GO_CACHES:-}" == 1 ]]; then
-  go_scratch="$(mktemp -d "${TMPDIR:-/tmp}/lifeboat-k8s-go.XXXXXX")"
-  export GOCACHE="$go_scratch/build" GOMODCACHE="$go_scratch/mod"
-  drop_go_caches() {
-    # Module cache files are read-only: let go remove them, then the rest.
-    go clean -modcache >/dev/null 2>&1 || chmod -R u+w "$go_scratch" 2>/dev/null
-    rm -rf "$go_scratch"
-  }
-  trap drop_go_caches EXIT
-  step "private Go caches in $go_scratch (removed when done)"
-fi
+# shellcheck source=../go-caches.sh
+source "$here/../go-caches.sh"
+private_go_caches k8s
 
 # Each wrapper module pins one upstream module. Their go.mod files are committed; --regenerate
 # (or a version mismatch) derives them again from the upstream tags.

@@ -15,6 +15,56 @@ pub fn write(
     ca: &Path,
     user: &CertFiles,
 ) -> Result<PathBuf> {
+    let credentials = format!(
+        "client-certificate: {}\n    client-key: {}",
+        user.cert.display(),
+        user.key.display()
+    );
+    write_one(
+        path,
+        cluster,
+        server,
+        ca,
+        &format!("{cluster}-admin"),
+        &credentials,
+        None,
+    )
+}
+
+/// Writes a kubeconfig with one cluster, one user authenticated by a bearer `token` (e.g. a
+/// ServiceAccount's) and one context whose namespace is `namespace`.
+pub fn write_token(
+    path: &Path,
+    cluster: &str,
+    server: &str,
+    ca: &Path,
+    (user, token): (&str, &str),
+    namespace: &str,
+) -> Result<PathBuf> {
+    let credentials = format!("token: {token}");
+    write_one(
+        path,
+        cluster,
+        server,
+        ca,
+        user,
+        &credentials,
+        Some(namespace),
+    )
+}
+
+fn write_one(
+    path: &Path,
+    cluster: &str,
+    server: &str,
+    ca: &Path,
+    user: &str,
+    credentials: &str,
+    namespace: Option<&str>,
+) -> Result<PathBuf> {
+    let namespace = namespace
+        .map(|n| format!("\n    namespace: {n}"))
+        .unwrap_or_default();
     let contents = format!(
         "apiVersion: v1
 kind: Config
@@ -24,20 +74,17 @@ clusters:
     server: {server}
     certificate-authority: {ca}
 users:
-- name: {cluster}-admin
+- name: {user}
   user:
-    client-certificate: {cert}
-    client-key: {key}
+    {credentials}
 contexts:
 - name: {cluster}
   context:
     cluster: {cluster}
-    user: {cluster}-admin
+    user: {user}{namespace}
 current-context: {cluster}
 ",
         ca = ca.display(),
-        cert = user.cert.display(),
-        key = user.key.display(),
     );
     std::fs::write(path, contents).map_err(|e| Error::io(path, e))?;
     Ok(path.to_path_buf())

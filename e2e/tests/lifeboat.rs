@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+use kube::core::ApiResource;
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::fleet::lifeboat::{
-    HUB_LEASE, apply_propagation_policy, cluster_ready, has_unreachable_taint,
+    HUB_LEASE, apply_propagation_policy, appwrapper_resource, cluster_ready, has_unreachable_taint,
+    place_training, training_appwrapper, until_appwrapper_running,
 };
 use lifeboat_e2e::fleet::{LifeboatConfig, LifeboatProcess};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
@@ -75,27 +76,12 @@ fn main() -> ExitCode {
 }
 
 fn appwrappers() -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        "workload.codeflare.dev",
-        "v1beta2",
-        "AppWrapper",
-    ))
+    appwrapper_resource()
 }
 
 /// A one-pod GPU training AppWrapper that runs until deleted.
 fn training(name: &str, namespace: &str) -> Result<DynamicObject, TestError> {
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {"components": [{"template": {
-            "apiVersion": "batch/v1", "kind": "Job",
-            "metadata": {"name": name},
-            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
-                "containers": [{"name": "trainer", "image": "busybox",
-                    "command": ["sh", "-c", "sleep infinity"],
-                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "100m"}}}]}}}
-        }}]}
-    }))?)
+    Ok(training_appwrapper(name, namespace)?)
 }
 
 /// Applies a PropagationPolicy pinning `name` to `member` and the AppWrapper to the hub; waits
@@ -103,20 +89,7 @@ fn training(name: &str, namespace: &str) -> Result<DynamicObject, TestError> {
 async fn place(ctx: &TestContext, name: &str, member: &str) -> Result<DynamicObject, TestError> {
     let ns = ctx.namespace("hub").await?;
     let hub = ctx.client("hub").await?;
-    apply_propagation_policy(
-        &hub,
-        &ns,
-        name,
-        json!({
-            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": name}],
-            "placement": {"clusterAffinity": {"clusterNames": [member]}}
-        }),
-    )
-    .await?;
-    let on_hub: Api<DynamicObject> = Api::namespaced_with(hub, &ns, &appwrappers());
-    on_hub
-        .create(&PostParams::default(), &training(name, &ns)?)
-        .await?;
+    place_training(&hub, &ns, name, member).await?;
     until_running(ctx, name, member, T).await
 }
 
@@ -129,22 +102,7 @@ async fn until_running(
 ) -> Result<DynamicObject, TestError> {
     let in_member: Api<DynamicObject> =
         Api::namespaced_with(ctx.client(member).await?, &ctx.namespace, &appwrappers());
-    Ok(wait::until(
-        &format!("AppWrapper {name} Running in {member}"),
-        timeout,
-        || async {
-            let aw = in_member
-                .get_opt(name)
-                .await
-                .map_err(|e| e.to_string())?
-                .ok_or("not applied yet")?;
-            match aw.data["status"]["phase"].as_str() {
-                Some("Running") => Ok(aw),
-                other => Err(format!("phase {other:?}")),
-            }
-        },
-    )
-    .await?)
+    Ok(until_appwrapper_running(&in_member, name, member, timeout).await?)
 }
 
 /// The copies of an AppWrapper in each member (name → uid).

@@ -87,6 +87,12 @@ pub fn mint_token(rng: &SystemRandom) -> Result<String, ring::error::Unspecified
     Ok(hex(&bytes))
 }
 
+/// A fresh token ([`mint_token`]) from a new handle on the system's random source: for one-off
+/// callers such as `lifeboatctl join`.
+pub fn fresh_token() -> Result<String, ring::error::Unspecified> {
+    mint_token(&SystemRandom::new())
+}
+
 /// The token of an `Authorization: Bearer <token>` header value, if it is one.
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let (scheme, token) = header?.trim().split_once(' ')?;

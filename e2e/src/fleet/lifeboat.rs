@@ -706,7 +706,17 @@ pub async fn apply_propagation_policy(
 /// `secret` in the hub's system namespace), once the hub has created it. For the fleet and for
 /// tests and benches that run the hub in process.
 pub async fn hub_ca(hub: &kube::Client, secret: &str, timeout: Duration) -> Result<Vec<u8>> {
-    let secrets: Api<Secret> = Api::namespaced(hub.clone(), HUB_SYSTEM_NAMESPACE);
+    hub_ca_in(hub, HUB_SYSTEM_NAMESPACE, secret, timeout).await
+}
+
+/// [`hub_ca`] for a hub whose `--namespace` is `namespace`.
+pub async fn hub_ca_in(
+    hub: &kube::Client,
+    namespace: &str,
+    secret: &str,
+    timeout: Duration,
+) -> Result<Vec<u8>> {
+    let secrets: Api<Secret> = Api::namespaced(hub.clone(), namespace);
     let ca = wait::until("the hub's CA Secret", timeout, || async {
         match secrets.get_opt(secret).await {
             Ok(Some(s)) => s
@@ -719,6 +729,91 @@ pub async fn hub_ca(hub: &kube::Client, secret: &str, timeout: Duration) -> Resu
     })
     .await?;
     Ok(ca.0)
+}
+
+/// The AppWrapper resource (workload.codeflare.dev/v1beta2).
+pub fn appwrapper_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "workload.codeflare.dev",
+        "v1beta2",
+        "AppWrapper",
+    ))
+}
+
+/// A one-pod GPU training AppWrapper that runs until deleted.
+pub fn training_appwrapper(
+    name: &str,
+    namespace: &str,
+) -> std::result::Result<kube::api::DynamicObject, serde_json::Error> {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"components": [{"template": {
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name},
+            "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "trainer", "image": "busybox",
+                    "command": ["sh", "-c", "sleep infinity"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "100m"}}}]}}}
+        }}]}
+    }))
+}
+
+/// Applies a PropagationPolicy `namespace/name` pinning AppWrapper `name` to `cluster`, then
+/// creates that AppWrapper ([`training_appwrapper`]) on the hub.
+pub async fn place_training(
+    hub: &kube::Client,
+    namespace: &str,
+    name: &str,
+    cluster: &str,
+) -> Result<()> {
+    apply_propagation_policy(
+        hub,
+        namespace,
+        name,
+        serde_json::json!({
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": name}],
+            "placement": {"clusterAffinity": {"clusterNames": [cluster]}}
+        }),
+    )
+    .await?;
+    let template = training_appwrapper(name, namespace)
+        .map_err(|e| Error::Invalid(format!("the training AppWrapper: {e}")))?;
+    Api::<kube::api::DynamicObject>::namespaced_with(
+        hub.clone(),
+        namespace,
+        &appwrapper_resource(),
+    )
+    .create(&PostParams::default(), &template)
+    .await
+    .map_err(|e| Error::kube("create the AppWrapper on the hub", e))?;
+    Ok(())
+}
+
+/// Waits until AppWrapper `name` in `api` (a member's) is Running; returns it. `member` names
+/// the cluster in the timeout message.
+pub async fn until_appwrapper_running(
+    api: &Api<kube::api::DynamicObject>,
+    name: &str,
+    member: &str,
+    timeout: Duration,
+) -> Result<kube::api::DynamicObject> {
+    wait::until(
+        &format!("AppWrapper {name} Running in {member}"),
+        timeout,
+        || async {
+            let aw = api
+                .get_opt(name)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("not applied yet")?;
+            match aw.data["status"]["phase"].as_str() {
+                Some("Running") => Ok(aw),
+                other => Err(format!("phase {other:?}")),
+            }
+        },
+    )
+    .await
 }
 
 /// Writes the CA the hub issued its agent-API certificate from (its CA Secret's `tls.crt`).

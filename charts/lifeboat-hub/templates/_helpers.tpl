@@ -1,0 +1,31 @@
+{{- define "lifeboat-hub.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lifeboat-hub.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "lifeboat-hub.labels" -}}
+{{ include "lifeboat-hub.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "lifeboat-hub.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "lifeboat-hub.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "lifeboat-hub.pvcName" -}}
+{{- default (printf "%s-ledger" (include "lifeboat-hub.fullname" .)) .Values.ledger.sqlite.existingClaim -}}
+{{- end -}}
