@@ -1554,23 +1554,24 @@ mod tests {
     fn a_lost_clusters_bindings_move_after_its_toleration_at_the_eviction_rate() {
         // No failover policy at all: cluster failover still applies, with its defaults (60 s).
         let b = placed(Value::Null, &["a"], json!([]));
+        // Written as second 0: the toleration counts from the end of that second.
         let clusters = [member("a", Some(("Unknown", 0))), member("b", None)];
         let limiter = Mutex::new(EvictionRateLimiter::new(1.0));
         let start = Instant::now();
-        let early = plan_at(&b, &clusters, 30, &limiter, start);
+        let early = plan_at(&b, &clusters, 31, &limiter, start);
         assert_eq!(names(&early.spec), ["a"]);
         assert_eq!(early.retry, Some(Duration::from_secs(30)));
 
-        let first = plan_at(&b, &clusters, 60, &limiter, start);
+        let first = plan_at(&b, &clusters, 61, &limiter, start);
         assert_eq!(names(&first.spec), ["b"]);
         assert_eq!(first.spec.eviction_history[0].reason, "ClusterFailure");
         // The next binding in the same instant waits for the bucket (1/s).
-        let second = plan_at(&b, &clusters, 60, &limiter, start);
+        let second = plan_at(&b, &clusters, 61, &limiter, start);
         assert_eq!(names(&second.spec), ["a"]);
         assert!(second.spec.graceful_eviction_tasks.is_empty());
         let wait = second.retry.unwrap();
         assert!(wait > Duration::from_millis(900) && wait <= Duration::from_secs(1));
-        let later = plan_at(&b, &clusters, 61, &limiter, start + Duration::from_secs(1));
+        let later = plan_at(&b, &clusters, 62, &limiter, start + Duration::from_secs(1));
         assert_eq!(names(&later.spec), ["b"]);
     }
 
