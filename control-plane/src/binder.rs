@@ -582,9 +582,11 @@ impl Binder {
             .map(|c| c.name.as_str())
             .collect();
         tracing::Span::current().record("clusters", tracing::field::display(placed.join(",")));
+        // The spec (placement, eviction) is written: dispatch before the status write, which
+        // only reports the pass (conditions) and is not an input of the work.
+        self.dispatch(&binding, &template_json)?;
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
-        self.dispatch(&binding, &template_json)?;
         self.prune_confirmations(&binding).await?;
         if let Some(recorder) = &self.recorder {
             recorder

@@ -1,8 +1,10 @@
 //! Failover across clusters on the local fleet (hub + 2 members), with the real hub and one
 //! agent per member in hub mode, in this process (as in the placement suite).
 //!
-//! 1. Application failover: an AppWrapper (retryLimit 0, no failure grace period) whose pod fails
-//!    on a NotReady node goes Failed with class Infrastructure in its member; the hub evicts it
+//! 1. Application failover (scenario 2 of issue 9): an AppWrapper (retryLimit 1, no failure
+//!    grace period) whose pods keep failing on broken nodes: the first failure is reset in place
+//!    by its agent (the hub does not move a resetting AppWrapper), the second, with no retries
+//!    left, makes it Failed with class Infrastructure in its member; the hub evicts it
 //!    (toleration 0), records the eviction (cluster, reason, class; blockPredecessorSeconds 0:
 //!    for good) and runs it in the other member. Afterwards exactly one copy exists: Running in
 //!    the new member, none in the old one, and the old cluster stays out of the placement.
@@ -102,7 +104,11 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     // 1. Application failover.
     let mut train = serde_json::to_value(support::appwrapper(
         "train",
-        &[("retryLimit", "0"), ("failureGracePeriodDuration", "0s")],
+        &[
+            ("retryLimit", "1"),
+            ("retryPausePeriodDuration", "1s"),
+            ("failureGracePeriodDuration", "0s"),
+        ],
         vec![support::job("train-job", "sleep 3600", 1, 1)],
     )?)?;
     train["metadata"]["namespace"] = json!(ns);
@@ -128,8 +134,33 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     })
     .await?;
 
-    // Its pod fails on a NotReady node: a terminal Infrastructure failure (no retries left).
-    let broken = support::hub::fail_on_broken_nodes(&ctx, &placed, &ns, "train").await?;
+    // Its pod fails on a NotReady node: an Infrastructure failure its agent resets in place
+    // (one retry), with a new pod on the member's other node; the binding stays where it is.
+    let mut broken = support::hub::fail_on_broken_nodes(&ctx, &placed, &ns, "train").await?;
+    wait::until("train reset in place once and Running again", T, || async {
+        let aw = old_api
+            .get_opt("train")
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("the copy is gone")?;
+        let status = &aw.data["status"];
+        match (status["resettingCount"].as_i64(), status["phase"].as_str()) {
+            (Some(1), Some("Running")) => Ok(()),
+            other => Err(format!("resettingCount and phase {other:?}")),
+        }
+    })
+    .await?;
+    let b = binding_of(&bindings, "train").await?;
+    if placement(&b) != [placed.clone()] || !b.spec.eviction_history.is_empty() {
+        return Err(format!(
+            "moved while it reset itself: clusters {:?}, history {:?}",
+            placement(&b),
+            b.spec.eviction_history
+        )
+        .into());
+    }
+    // Its new pod fails on a broken node too: no retries left, Failed, and the hub moves it.
+    broken.extend(support::hub::fail_on_broken_nodes(&ctx, &placed, &ns, "train").await?);
     let failed_at = Instant::now();
     // It goes Failed there (the hub may move it, and withdraw the Failed copy, before this
     // test sees the phase: the binding's record says why it moved).

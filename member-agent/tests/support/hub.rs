@@ -235,9 +235,10 @@ pub fn live(pods: &[Pod]) -> usize {
         .count()
 }
 
-/// Fails the AppWrapper `name`'s pods in `member` on broken nodes: waits for its pods to be on
-/// a node, makes those nodes NotReady, then fails the pods (an Infrastructure failure; with
-/// retryLimit 0 the AppWrapper goes Failed). Returns the nodes, for [`repair_nodes`].
+/// Fails the AppWrapper `name`'s pods in `member` on broken nodes: waits for its live pods (not
+/// Succeeded, Failed or being deleted: after a reset in place, its new ones) to be on a node,
+/// makes those nodes NotReady, then fails the pods (an Infrastructure failure; with no retries
+/// left the AppWrapper goes Failed). Returns the nodes, for [`repair_nodes`].
 pub async fn fail_on_broken_nodes(
     ctx: &TestContext,
     member: &str,
@@ -246,9 +247,11 @@ pub async fn fail_on_broken_nodes(
 ) -> Result<Vec<String>, TestError> {
     let client = ctx.client(member).await?;
     let pods = wait::until(&format!("{name}'s pod on a node"), T, || async {
-        let pods: Vec<Pod> = super::pods_of(ctx, member, name)
+        let mut pods: Vec<Pod> = super::pods_of(ctx, member, name)
             .await
             .map_err(|e| e.to_string())?;
+        pods.retain(|p| p.metadata.deletion_timestamp.is_none());
+        pods.retain(|p| live(std::slice::from_ref(p)) == 1);
         if pods
             .iter()
             .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
