@@ -78,8 +78,10 @@ struct Args {
     /// on the local fleet, 32 follows the create rate (BENCHMARKS.md, hub end to end).
     #[arg(long, default_value_t = 32)]
     binder_workers: usize,
-    /// Binding status writes in parallel.
-    #[arg(long, default_value_t = 8)]
+    /// Binding status writes in parallel. A burst of failures waits on these writes before the
+    /// binder decides (BENCHMARKS.md, failover): 32 halved the p99 wait of a 100-report burst
+    /// against 8.
+    #[arg(long, default_value_t = 32)]
     status_writers: usize,
     /// Bindings evicted per second from a lost or deleted cluster (cluster failover).
     #[arg(long, default_value_t = lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE)]

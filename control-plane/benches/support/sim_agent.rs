@@ -492,7 +492,7 @@ pub async fn start_hub(
         leader_election: None,
         // The binary's defaults.
         binder_workers: 32,
-        status_writers: 8,
+        status_writers: 32,
         scheduler: Default::default(),
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: format!("sqlite://{}", dir.join("ledger.db").display()),
