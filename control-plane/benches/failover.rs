@@ -49,10 +49,11 @@ use kube::runtime::watcher;
 use lifeboat_api::binding::{ResourceBinding, ResourceHealth};
 use lifeboat_api::protocol::{WorkKey, WorkStatus};
 use lifeboat_e2e::fleet::Fleet;
+use lifeboat_e2e::load_average;
 use serde_json::json;
 use sim_agent::{
-    BoxError, Handed, SimulatedAgent, appwrapper, appwrapper_resource, bootstrap, load_average,
-    policy_resource, start_agents, start_hub, until,
+    BoxError, Handed, SimulatedAgent, appwrapper, appwrapper_resource, bootstrap, policy_resource,
+    start_agents, start_hub, until,
 };
 use tokio::sync::mpsc;
 

@@ -17,3 +17,12 @@ pub mod wait;
 
 pub use error::{Error, Result};
 pub use fleet::{ClusterStatus, Fleet, FleetConfig, FleetState, Role};
+
+/// The machine's 1-minute load average (`/proc/loadavg`), printed with benchmark figures: other
+/// builds on a shared machine skew them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_string))
+        .unwrap_or_else(|| "unknown".into())
+}

@@ -29,7 +29,7 @@ use kube::runtime::watcher;
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
 use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
-use lifeboat_e2e::{faults, process, wait};
+use lifeboat_e2e::{faults, load_average, process, wait};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -324,14 +324,6 @@ async fn bench(
         report_apiserver(&server_before, &server_after);
     }
     Ok(())
-}
-
-/// The machine's 1-minute load average: other builds on the shared machine skew the figures.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
 }
 
 /// When this process saw each AppWrapper's first failed pod and its Unhealthy condition.

@@ -31,7 +31,7 @@ use kube::runtime::watcher;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
 use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
 use lifeboat_e2e::harness::TestContext;
-use lifeboat_e2e::{faults, wait};
+use lifeboat_e2e::{faults, load_average, wait};
 use serde_json::json;
 use support::hub::{
     appwrapper_resource, binding_of, placement, start_hub, tempfile_dir, two_agents,
@@ -123,13 +123,6 @@ fn watch_member(
     vec![pod_watch, aw_watch]
 }
 
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// One move's figures: from the pod seen Failed, and from the fault's first patch.
 struct Moved {
     from_pod_failed: Option<Duration>,
@@ -181,39 +174,14 @@ async fn one_run(
     )
     .await?;
     let member = ctx.client(&placed).await?;
-    let pods = wait::until(&format!("{name}'s pod on a node"), support::T, || async {
-        let pods = support::pods_of(ctx, &placed, &name)
-            .await
-            .map_err(|e| e.to_string())?;
-        if pods
-            .iter()
-            .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-        {
-            Ok(pods)
-        } else {
-            Err("no pod on a node yet".to_string())
-        }
-    })
-    .await?;
-    let nodes: Vec<String> = pods
-        .iter()
-        .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
-        .collect();
+    let (pods, nodes) = support::hub::live_pods_on_nodes(ctx, &placed, &name).await?;
     // The fault: the node under the pod goes NotReady and the pod fails, both patches sent at
-    // once. The agent may act on the NotReady node first (it fails the AppWrapper, whose pods
-    // are deleted): then the pod is gone before its fail patch, and the fault is in already.
+    // once (support::hub::fail_pods takes a pod already gone as failed).
     let patched = Instant::now();
     for node in &nodes {
         faults::set_node_ready(&member, node, false).await?;
     }
-    for pod in &pods {
-        let pod = pod.metadata.name.clone().unwrap_or_default();
-        match faults::fail_pod(&member, NAMESPACE, &pod, 1).await {
-            Ok(()) => {}
-            Err(e) if e.to_string().contains("NotFound") => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
+    support::hub::fail_pods(&member, NAMESPACE, &pods).await?;
     let running = wait::until(
         &format!("{name} Running in {other}"),
         MOVE_TIMEOUT,

@@ -577,11 +577,3 @@ pub async fn bootstrap(hub: &kube::Client, url: &str) -> Result<Arc<AgentEndpoin
 pub fn is_ready(cluster: &Cluster) -> bool {
     cluster.ready_status() == Some("True")
 }
-
-/// The machine's 1-minute load average (`/proc/loadavg`).
-pub fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_string))
-        .unwrap_or_else(|| "unknown".into())
-}

@@ -235,17 +235,13 @@ pub fn live(pods: &[Pod]) -> usize {
         .count()
 }
 
-/// Fails the AppWrapper `name`'s pods in `member` on broken nodes: waits for its live pods (not
-/// Succeeded, Failed or being deleted: after a reset in place, its new ones) to be on a node,
-/// makes those nodes NotReady, then fails the pods (an Infrastructure failure; with no retries
-/// left the AppWrapper goes Failed). Returns the nodes, for [`repair_nodes`].
-pub async fn fail_on_broken_nodes(
+/// Waits until the AppWrapper `name`'s live pods in `member` (not Succeeded, Failed or being
+/// deleted: after a reset in place, its new ones) are on a node; returns them and their nodes.
+pub async fn live_pods_on_nodes(
     ctx: &TestContext,
     member: &str,
-    namespace: &str,
     name: &str,
-) -> Result<Vec<String>, TestError> {
-    let client = ctx.client(member).await?;
+) -> Result<(Vec<Pod>, Vec<String>), TestError> {
     let pods = wait::until(&format!("{name}'s pod on a node"), T, || async {
         let mut pods: Vec<Pod> = super::pods_of(ctx, member, name)
             .await
@@ -262,24 +258,48 @@ pub async fn fail_on_broken_nodes(
         }
     })
     .await?;
-    let nodes: Vec<String> = pods
+    let nodes = pods
         .iter()
         .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
         .collect();
-    for node in &nodes {
-        lifeboat_e2e::faults::set_node_ready(&client, node, false).await?;
-    }
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    for pod in &pods {
+    Ok((pods, nodes))
+}
+
+/// Fails `pods` (kwok's fail annotation, exit code 1). A pod already gone counts as failed: the
+/// agent may have acted on a NotReady node first and failed the AppWrapper, deleting its pods.
+pub async fn fail_pods(
+    client: &kube::Client,
+    namespace: &str,
+    pods: &[Pod],
+) -> Result<(), TestError> {
+    for pod in pods {
         let pod = pod.metadata.name.clone().unwrap_or_default();
-        match lifeboat_e2e::faults::fail_pod(&client, namespace, &pod, 1).await {
+        match lifeboat_e2e::faults::fail_pod(client, namespace, &pod, 1).await {
             Ok(()) => {}
-            // The agent may have seen the NotReady node first and failed the AppWrapper, which
-            // deletes its pods: the fault is in already.
             Err(e) if e.to_string().contains("NotFound") => {}
             Err(e) => return Err(e.into()),
         }
     }
+    Ok(())
+}
+
+/// Fails the AppWrapper `name`'s pods in `member` on broken nodes: waits for its live pods to be
+/// on a node ([`live_pods_on_nodes`]), makes those nodes NotReady, then fails the pods (an
+/// Infrastructure failure; with no retries left the AppWrapper goes Failed). Returns the nodes,
+/// for [`repair_nodes`].
+pub async fn fail_on_broken_nodes(
+    ctx: &TestContext,
+    member: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<String>, TestError> {
+    let client = ctx.client(member).await?;
+    let (pods, nodes) = live_pods_on_nodes(ctx, member, name).await?;
+    for node in &nodes {
+        lifeboat_e2e::faults::set_node_ready(&client, node, false).await?;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    fail_pods(&client, namespace, &pods).await?;
     Ok(nodes)
 }
 
