@@ -433,6 +433,9 @@ async fn lead(
         let store_slot: Arc<std::sync::OnceLock<Store<ResourceInterpreterCustomization>>> =
             Arc::new(std::sync::OnceLock::new());
         let slot = store_slot.clone();
+        let binder = binder_slot.clone();
+        let leading = leader_rx.clone();
+        let aggregate = aggregate_all.clone();
         let store = cache(
             Api::<ResourceInterpreterCustomization>::all(client.clone()),
             readiness.expect("ResourceInterpreterCustomizations"),
@@ -453,6 +456,16 @@ async fn lead(
                     rejected = rejected.len(),
                     "interpreter customizations loaded"
                 );
+                // What the scripts decide (replicas, requirements, components, the templates'
+                // aggregated status) is decided again now, not at the next unrelated change.
+                if let Some(binder) = binder.get() {
+                    binder.queue_all();
+                    if leading.borrow().is_leader {
+                        for binding in binder.caches.bindings.state() {
+                            let _ = aggregate.send(binding);
+                        }
+                    }
+                }
             },
         );
         let _ = store_slot.set(store);

@@ -22,6 +22,7 @@ use kube::core::ApiResource;
 use lifeboat_agent::agent;
 use lifeboat_api::binding::{ResourceBinding, ResourceHealth};
 use lifeboat_api::cluster::{Cluster, GPU_RESOURCE};
+use lifeboat_api::config::ResourceInterpreterCustomization;
 use lifeboat_e2e::fleet::lifeboat::apply_propagation_policy;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::nodes::{NodeShape, kwok_node};
@@ -77,6 +78,10 @@ fn main() -> ExitCode {
             E2eTest::new(
                 "a_template_whose_policy_is_deleted_keeps_its_placement_and_says_so",
                 policy_deleted_keeps_placement,
+            ),
+            E2eTest::new(
+                "a_customization_applied_to_the_running_hub_takes_effect_and_its_deletion_undoes_it",
+                customization_without_restart,
             ),
         ],
     )
@@ -901,5 +906,103 @@ async fn label_change_moves(ctx: Arc<TestContext>) -> TestResult {
     let in_m1 = in_member(ctx.client(M1).await?, &ns, &appwrapper_resource());
     until_in_member(&in_m1, M1, name, "Running", phase_is("Running")).await?;
     until_gone_from_member(&in_m3, M3, name).await?;
+    Ok(())
+}
+
+/// The annotation the customization below counts replicas from.
+const COUNTED_REPLICAS: &str = "example.com/counted-replicas";
+
+/// A ResourceInterpreterCustomization applied to the hub while it runs: its `GetReplicas` counts
+/// a Deployment's replicas from an annotation (falling back to `spec.replicas`, so no other
+/// scenario's Deployment is affected). The hub is not restarted: the Divided shares in the
+/// members follow the customization once it is applied, and the built-in again once it is
+/// deleted.
+async fn customization_without_restart(ctx: Arc<TestContext>) -> TestResult {
+    let turn = Turn::take(&ctx).await?;
+    let (hub, ns) = (&turn.hub, turn.ns.clone());
+    let name = "counted";
+    apply_propagation_policy(
+        hub,
+        &ns,
+        "counted",
+        json!({
+            "resourceSelectors": selector("Deployment", name),
+            "placement": {
+                "clusterTolerations": [toleration()],
+                "replicaScheduling": {
+                    "replicaSchedulingType": "Divided",
+                    "replicaDivisionPreference": "Weighted",
+                    "weightPreference": {"staticWeightList": [
+                        {"targetCluster": {"clusterNames": [M2]}, "weight": 1},
+                        {"targetCluster": {"clusterNames": [M3]}, "weight": 1}
+                    ]}
+                }
+            }
+        }),
+    )
+    .await?;
+    let mut template = support::deployment(name, 4);
+    template["metadata"]["annotations"] = json!({COUNTED_REPLICAS: "8"});
+    let deployments: Api<Deployment> = Api::namespaced(hub.clone(), &ns);
+    deployments
+        .create(&PostParams::default(), &serde_json::from_value(template)?)
+        .await?;
+    // The built-in counts spec.replicas.
+    until_member_replicas(&ctx, &ns, name, &[(M2, 2), (M3, 2)]).await?;
+
+    let customization_name = format!("counted-replicas-{ns}");
+    let customizations: Api<ResourceInterpreterCustomization> = Api::all(hub.clone());
+    let customization: ResourceInterpreterCustomization = serde_json::from_value(json!({
+        "apiVersion": "config.lifeboat.dev/v1alpha1", "kind": "ResourceInterpreterCustomization",
+        "metadata": {"name": customization_name},
+        "spec": {
+            "target": {"apiVersion": "apps/v1", "kind": "Deployment"},
+            "customizations": {"replicaResource": {"luaScript": format!(r#"
+local kube = require("kube")
+function GetReplicas(obj)
+  local replicas = obj.spec.replicas
+  local annotations = obj.metadata.annotations
+  if annotations ~= nil and annotations["{COUNTED_REPLICAS}"] ~= nil then
+    replicas = tonumber(annotations["{COUNTED_REPLICAS}"])
+  end
+  return replicas, kube.accuratePodRequirements(obj.spec.template)
+end
+"#)}}
+        }
+    }))?;
+    customizations
+        .patch(
+            &customization_name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&customization),
+        )
+        .await?;
+    let applied = async {
+        until_binding(
+            hub,
+            &ns,
+            name,
+            "the binding counts 8 replicas",
+            |b| match b.spec.replicas {
+                8 => Ok(()),
+                other => Err(format!("replicas {other}")),
+            },
+        )
+        .await?;
+        until_member_replicas(&ctx, &ns, name, &[(M2, 4), (M3, 4)]).await
+    }
+    .await;
+    // Deleted whatever happened above, so no later scenario runs under it.
+    customizations
+        .delete(&customization_name, &DeleteParams::default())
+        .await?;
+    applied?;
+    until_member_replicas(&ctx, &ns, name, &[(M2, 2), (M3, 2)]).await?;
+
+    deployments.delete(name, &DeleteParams::default()).await?;
+    for member in [M2, M3] {
+        let api = in_member(ctx.client(member).await?, &ns, &deployment_resource());
+        until_gone_from_member(&api, member, name).await?;
+    }
     Ok(())
 }
