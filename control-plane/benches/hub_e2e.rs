@@ -6,15 +6,18 @@
 //! apiserver. The clusters are simulated agents (`support/sim_agent.rs`) that speak the real agent
 //! protocol over HTTPS: each registers with a bootstrap token, sends heartbeats with a GPU
 //! inventory (nodes of 8 H100s) at the interval the hub asks for, and holds its work stream open,
-//! counting the work it is handed. No member runs a real agent (the fleet's one member only satisfies the fleet's
-//! minimum): the figure is the hub's, from the first create to the last binding scheduled.
+//! counting the work it is handed. Besides them, the fleet's real members (3 unless
+//! `--real-members N`; each 2 kwok nodes of 8 GPUs) run the real agent (`lifeboat_agent`, in this
+//! process) in hub mode: they register with the same bootstrap token, and the AppWrappers placed
+//! on them are applied there (the bench waits for each in its member). The figure runs from the
+//! first create to the last binding scheduled.
 //!
 //! Templates are AppWrappers (one Job component, one pod asking for 1 GPU), selected by one
 //! PropagationPolicy per run; a gang workload goes whole to one cluster, which the bench checks
 //! on every binding. Creates run 16 at a time, as fast as the apiserver takes them; completion
 //! is seen through a watch of the bindings (no polling).
 //!
-//!   cargo bench -p lifeboat-hub --bench hub_e2e -- --runs 3 [--templates 1000] [--clusters 100]
+//!   cargo bench -p lifeboat-hub --bench hub_e2e -- --runs 3 [--templates 1000] [--clusters 100] [--real-members 3]
 //!   cargo bench -p lifeboat-hub --bench hub_e2e -- --memory [--templates 10000] [--clusters 10]
 //!
 //! `--memory`: one run in a fresh process; the process's VmRSS (hub and simulated agents) once
@@ -26,23 +29,28 @@ mod sim_agent;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, TryStreamExt};
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_e2e::fleet::Fleet;
 use serde_json::json;
 use sim_agent::{
     BoxError, GPU_NODES, SETUP_TIMEOUT, appwrapper, appwrapper_resource, bootstrap,
-    policy_resource, start_agents, start_hub, until,
+    policy_resource, start_agents, start_hub, start_real_agents, until,
 };
 
 /// Creates in flight at once.
 const CREATE_CONCURRENCY: usize = 16;
+/// Every this many templates one goes to the real members (24 of 1,000: 8 one-GPU AppWrappers
+/// per member, which has 16 GPUs; they are deleted after each run).
+const REAL_MEMBER_EVERY: usize = 42;
+const REAL_MEMBER_LABEL: &str = "bench.lifeboat.dev/real-member";
 
 struct Args {
     runs: usize,
@@ -50,6 +58,7 @@ struct Args {
     clusters: usize,
     memory: bool,
     binder_workers: usize,
+    real_members: usize,
 }
 
 fn args() -> Result<Args, String> {
@@ -60,6 +69,7 @@ fn args() -> Result<Args, String> {
         memory: false,
         // The binary's default.
         binder_workers: 32,
+        real_members: 3,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -74,6 +84,7 @@ fn args() -> Result<Args, String> {
             "--clusters" => parsed.clusters = value("--clusters")?,
             "--memory" => parsed.memory = true,
             "--binder-workers" => parsed.binder_workers = value("--binder-workers")?,
+            "--real-members" => parsed.real_members = value("--real-members")?,
             // cargo bench passes --bench; libtest-style filters are ignored.
             _ => {}
         }
@@ -91,6 +102,8 @@ fn args() -> Result<Args, String> {
     }
     if parsed.memory {
         parsed.runs = 1;
+        // The agents would share this process's resident set with the hub.
+        parsed.real_members = 0;
     }
     if parsed.runs == 0 {
         return Err("--runs must be at least 1".into());
@@ -122,6 +135,8 @@ fn scheduled(binding: &ResourceBinding) -> bool {
 struct RunFigures {
     creates_per_second: f64,
     bindings_per_second: f64,
+    /// Bindings by the cluster each was placed on.
+    placed: BTreeMap<String, usize>,
 }
 
 /// One run: a namespace, a policy, `templates` AppWrappers; timed from the first create to the
@@ -130,34 +145,57 @@ async fn run_once(
     hub: &kube::Client,
     run: usize,
     templates: usize,
-    clusters: usize,
+    clusters: &str,
+    members: &[String],
 ) -> Result<RunFigures, BoxError> {
     let namespace = format!("hub-e2e-{run}");
     support::ensure_namespace(hub, &namespace).await?;
     let policies: Api<DynamicObject> =
         Api::namespaced_with(hub.clone(), &namespace, &policy_resource());
-    let policy: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
-        "metadata": {"name": "gpu-training", "namespace": namespace},
-        "spec": {
+    let mut wanted = vec![(
+        "gpu-training",
+        json!({
             "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper"}]
-        }
-    }))?;
-    policies
-        .patch(
-            "gpu-training",
-            &PatchParams::apply("hub-e2e-bench").force(),
-            &Patch::Apply(&policy),
-        )
-        .await?;
+        }),
+    )];
+    if !members.is_empty() {
+        // The available-capacity score would put everything on the large simulated clusters:
+        // a labelled share goes to the real members (a higher priority wins over the above).
+        wanted.push((
+            "real-members",
+            json!({
+                "priority": 1,
+                "resourceSelectors": [{
+                    "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+                    "labelSelector": {"matchLabels": {REAL_MEMBER_LABEL: "true"}}
+                }],
+                "placement": {"clusterAffinity": {"clusterNames": members}}
+            }),
+        ));
+    }
+    for (name, spec) in wanted {
+        let policy: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "policy.lifeboat.dev/v1alpha1", "kind": "PropagationPolicy",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": spec
+        }))?;
+        policies
+            .patch(
+                name,
+                &PatchParams::apply("hub-e2e-bench").force(),
+                &Patch::Apply(&policy),
+            )
+            .await?;
+    }
     // The hub re-binds every template when a policy changes: let it see this one first.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // The watch starts before the first create, so no binding is missed.
     let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &namespace);
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Result<Instant, String>>();
+    type Done = Result<(Instant, HashMap<String, String>), String>;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<Done>();
     let watch = tokio::spawn(async move {
-        let mut done = HashSet::new();
+        let mut done = HashMap::new();
         let mut stream = std::pin::pin!(watcher(bindings, watcher::Config::default()));
         let result = loop {
             match stream.try_next().await {
@@ -171,9 +209,12 @@ async fn run_once(
                             b.spec.clusters.len()
                         ));
                     }
-                    done.insert(b.metadata.name.clone().unwrap_or_default());
+                    done.insert(
+                        b.metadata.name.clone().unwrap_or_default(),
+                        b.spec.clusters[0].name.clone(),
+                    );
                     if done.len() == templates {
-                        break Ok(Instant::now());
+                        break Ok((Instant::now(), done));
                     }
                 }
                 Ok(Some(_)) => {}
@@ -189,8 +230,16 @@ async fn run_once(
     let appwrappers: Api<DynamicObject> =
         Api::namespaced_with(hub.clone(), &namespace, &appwrapper_resource());
     let objects = (0..templates)
-        .map(|i| appwrapper(&namespace, &format!("train-{i:05}")))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(|i| {
+            let mut object = appwrapper(&namespace, &format!("train-{i:05}"))?;
+            if !members.is_empty() && i % REAL_MEMBER_EVERY == 0 {
+                object
+                    .labels_mut()
+                    .insert(REAL_MEMBER_LABEL.into(), "true".into());
+            }
+            Ok(object)
+        })
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
     let started = Instant::now();
     futures::stream::iter(objects)
         .map(|object| {
@@ -201,18 +250,23 @@ async fn run_once(
         .try_for_each(|_| async { Ok(()) })
         .await?;
     let created = started.elapsed().as_secs_f64();
-    let finished = tokio::time::timeout(SETUP_TIMEOUT, done_rx)
+    let (finished, placements) = tokio::time::timeout(SETUP_TIMEOUT, done_rx)
         .await
         .map_err(|_| format!("not every binding Scheduled within {SETUP_TIMEOUT:?}"))??
         .map_err(|e| -> BoxError { e.into() })?;
     watch.abort();
     let seconds = finished.duration_since(started).as_secs_f64();
+    let mut placed = BTreeMap::new();
+    for cluster in placements.into_values() {
+        *placed.entry(cluster).or_insert(0) += 1;
+    }
     let figures = RunFigures {
         creates_per_second: templates as f64 / created,
         bindings_per_second: templates as f64 / seconds,
+        placed,
     };
     println!(
-        "run {run}: {templates} AppWrappers created in {created:.2} s ({:.0}/s); all {templates} bindings Scheduled=True {seconds:.2} s after the first create = {:.0} bindings/s ({clusters} clusters)",
+        "run {run}: {templates} AppWrappers created in {created:.2} s ({:.0}/s); all {templates} bindings Scheduled=True {seconds:.2} s after the first create = {:.0} bindings/s ({clusters})",
         figures.creates_per_second, figures.bindings_per_second
     );
     Ok(figures)
@@ -231,12 +285,25 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
 
     let setup = Instant::now();
     let names: Vec<String> = (0..args.clusters).map(|c| format!("gpu-{c:03}")).collect();
+    let members: Vec<String> = fleet
+        .member_names()
+        .into_iter()
+        .take(args.real_members)
+        .collect();
+    let _real_agents = start_real_agents(fleet, &client, &url, &members, "hub-e2e-bench").await?;
     let agents = start_agents(&client, &endpoint, &names, None).await?;
     println!(
-        "hub in process on {url} ({} binder workers); {} simulated clusters registered, heartbeating with {GPU_NODES} GPU nodes each and Ready in {:.1} s",
+        "hub in process on {url} ({} binder workers); {} simulated clusters registered, heartbeating with {GPU_NODES} GPU nodes each, and {} real members ({}) with their agents, all Ready in {:.1} s",
         args.binder_workers,
         args.clusters,
+        members.len(),
+        members.join(", "),
         setup.elapsed().as_secs_f64()
+    );
+    let shape = format!(
+        "{} simulated clusters + {} real members",
+        args.clusters,
+        members.len()
     );
     let upserts = || -> u64 {
         agents
@@ -249,7 +316,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
         // Idle: the clusters are Ready, the hub's first pass is done.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let before = rss_kib();
-        run_once(&client, 0, args.templates, args.clusters).await?;
+        run_once(&client, 0, args.templates, &shape, &members).await?;
         until("every work item on its cluster's stream", || async {
             let n = upserts();
             if n as usize >= args.templates {
@@ -277,16 +344,82 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
     let mut creates = Vec::new();
     for run in 1..=args.runs {
         let before = upserts();
-        let figures = run_once(&client, run, args.templates, args.clusters).await?;
+        let figures = run_once(&client, run, args.templates, &shape, &members).await?;
+        let on_members: BTreeMap<&String, usize> = members
+            .iter()
+            .filter_map(|m| figures.placed.get(m).map(|n| (m, *n)))
+            .collect();
+        let on_simulated = args.templates - on_members.values().sum::<usize>();
         until("every work item on its cluster's stream", || async {
             let n = upserts() - before;
-            if n as usize >= args.templates {
+            if n as usize >= on_simulated {
                 Ok(())
             } else {
-                Err(format!("{n} of {}", args.templates))
+                Err(format!("{n} of {on_simulated}"))
             }
         })
         .await?;
+        for (member, placed) in &on_members {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                fleet.client(member).await?,
+                &format!("hub-e2e-{run}"),
+                &appwrapper_resource(),
+            );
+            until(
+                "every AppWrapper placed on a real member applied there",
+                || async {
+                    let n = api
+                        .list(&Default::default())
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .items
+                        .len();
+                    if n >= *placed {
+                        Ok(())
+                    } else {
+                        Err(format!("{member}: {n} of {placed}"))
+                    }
+                },
+            )
+            .await?;
+        }
+        println!(
+            "run {run}: placed on the real members: {}",
+            if on_members.is_empty() {
+                "none".to_string()
+            } else {
+                on_members
+                    .iter()
+                    .map(|(m, n)| format!("{m} {n}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        );
+        // The real members' GPUs are free again for the next run.
+        let on_hub: Api<DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &format!("hub-e2e-{run}"),
+            &appwrapper_resource(),
+        );
+        let labelled = ListParams::default().labels(&format!("{REAL_MEMBER_LABEL}=true"));
+        on_hub
+            .delete_collection(&DeleteParams::default(), &labelled)
+            .await?;
+        for member in on_members.keys() {
+            let api: Api<DynamicObject> = Api::namespaced_with(
+                fleet.client(member).await?,
+                &format!("hub-e2e-{run}"),
+                &appwrapper_resource(),
+            );
+            until("the real members' AppWrappers gone", || async {
+                match api.list(&Default::default()).await {
+                    Ok(l) if l.items.is_empty() => Ok(()),
+                    Ok(l) => Err(format!("{member}: {} left", l.items.len())),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .await?;
+        }
         bindings.push(figures.bindings_per_second);
         creates.push(figures.creates_per_second);
     }
@@ -294,13 +427,13 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
     creates.sort_by(|a, b| a.total_cmp(b));
     let binder_runs = support::metric(&registry, "lifeboat_hub_binder_reconciles_total", &[]);
     println!(
-        "templates to bindings Scheduled=True: median {:.0} bindings/s ({:.0} to {:.0}, {} runs of {} AppWrappers, {} clusters); creates median {:.0}/s; target >= 200 bindings/s (Karmada about 22/s){}",
+        "templates to bindings Scheduled=True: median {:.0} bindings/s ({:.0} to {:.0}, {} runs of {} AppWrappers, {}); creates median {:.0}/s; target >= 200 bindings/s (Karmada about 22/s){}",
         bindings[bindings.len() / 2],
         bindings[0],
         bindings[bindings.len() - 1],
         bindings.len(),
         args.templates,
-        args.clusters,
+        shape,
         creates[creates.len() / 2],
         if binder_runs > 0.0 {
             format!("; {binder_runs:.0} binder reconciles")
@@ -319,8 +452,15 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    // No member runs an agent: the fleet has one member only because a fleet needs one.
-    support::on_fleet("hub-e2e-bench", |fleet| async move {
-        bench(&fleet, &args).await
-    })
+    // A fleet needs one member even when no real member takes part.
+    let members = args.real_members.max(1);
+    support::on_fleet_with(
+        "hub-e2e-bench",
+        |config| {
+            config.members = members;
+            config.nodes_per_member = 2;
+            config.gpus_per_node = 8;
+        },
+        |fleet| async move { bench(&fleet, &args).await },
+    )
 }

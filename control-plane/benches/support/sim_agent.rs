@@ -577,3 +577,72 @@ pub async fn bootstrap(hub: &kube::Client, url: &str) -> Result<Arc<AgentEndpoin
 pub fn is_ready(cluster: &Cluster) -> bool {
     cluster.ready_status() == Some("True")
 }
+
+/// A real agent (`lifeboat_agent`, in this process) in hub mode for each of the fleet's
+/// `members`, registered with the same bootstrap token as the simulated ones; returns once every
+/// member's Cluster is Ready on the hub. Its hub CA and token files go under `dir`.
+pub async fn start_real_agents(
+    fleet: &Fleet,
+    hub: &kube::Client,
+    url: &str,
+    members: &[String],
+    dir: &str,
+) -> Result<Vec<lifeboat_agent::agent::SpawnedAgent>, BoxError> {
+    use lifeboat_agent::agent::{self, AgentOptions};
+    use lifeboat_agent::hub::{HubOptions as AgentHubOptions, HubTiming, SecretRef};
+    let dir = workspace_root().join("target").join(dir);
+    std::fs::create_dir_all(&dir)?;
+    let ca = lifeboat_e2e::fleet::lifeboat::hub_ca(hub, CA_SECRET, SETUP_TIMEOUT).await?;
+    std::fs::write(dir.join("hub-ca.pem"), &ca)?;
+    std::fs::write(dir.join("bootstrap-token"), BOOTSTRAP_TOKEN)?;
+    let mut agents = Vec::new();
+    for member in members {
+        let options = AgentOptions {
+            kubeconfig: Some(fleet.kubeconfig(member)?),
+            config: Default::default(),
+            cluster: member.clone(),
+            metrics_bind: None,
+            concurrency: 4,
+            install_crd: true,
+            webhook: None,
+            leader_election: None,
+            hub: Some(AgentHubOptions {
+                urls: vec![url.to_string()],
+                ca_file: Some(dir.join("hub-ca.pem")),
+                bootstrap_token_file: dir.join("bootstrap-token"),
+                fencing_period: Duration::from_secs(60),
+                provider: Some("kwok".into()),
+                region: Some("us-east-1".into()),
+                zone: None,
+                credential_secret: SecretRef {
+                    namespace: "lifeboat-system".into(),
+                    name: "lifeboat-hub-credential".into(),
+                },
+                identity: Some(format!("{member}-agent")),
+                timing: HubTiming::default(),
+            }),
+        };
+        agents.push(agent::spawn(options, prometheus::Registry::new()).await?);
+    }
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    until("every real member Ready on the hub", || async {
+        let list = clusters
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|c| {
+                is_ready(c) && members.contains(&c.metadata.name.clone().unwrap_or_default())
+            })
+            .count();
+        if ready == members.len() {
+            Ok(())
+        } else {
+            Err(format!("{ready} of {} Ready", members.len()))
+        }
+    })
+    .await?;
+    Ok(agents)
+}

@@ -605,10 +605,23 @@ pub fn https_client(tls: rustls::ClientConfig) -> HttpsClient {
         .build(connector)
 }
 
-/// A bench's main: a fresh fleet of one member with one node under
+/// A bench's main: a fresh fleet (by default of one member with one node) under
 /// `target/e2e-fleets/{name}`, `bench` on it, then the fleet torn down (after the runtime's tasks
 /// are stopped, so nothing calls an apiserver that is going away).
 pub fn on_fleet<F, Fut>(name: &str, bench: F) -> std::process::ExitCode
+where
+    F: FnOnce(Arc<lifeboat_e2e::fleet::Fleet>) -> Fut,
+    Fut: Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
+{
+    on_fleet_with(name, |_| {}, bench)
+}
+
+/// [`on_fleet`] with the fleet's shape changed by `configure` first.
+pub fn on_fleet_with<F, Fut>(
+    name: &str,
+    configure: impl FnOnce(&mut lifeboat_e2e::fleet::FleetConfig),
+    bench: F,
+) -> std::process::ExitCode
 where
     F: FnOnce(Arc<lifeboat_e2e::fleet::Fleet>) -> Fut,
     Fut: Future<Output = Result<(), Box<dyn std::error::Error + Send + Sync>>>,
@@ -624,6 +637,7 @@ where
     let mut config = FleetConfig::new(workspace_root().join("target/e2e-fleets").join(name));
     config.members = 1;
     config.nodes_per_member = 1;
+    configure(&mut config);
     let fleet = match runtime.block_on(Fleet::up(config)) {
         Ok(f) => Arc::new(f),
         Err(e) => {

@@ -222,7 +222,12 @@ pub fn kube_apiserver(layout: &Layout, cluster: &str, etcd_url: &str) -> Compone
         "--service-cluster-ip-range=10.0.0.0/24".into(),
         "--authorization-mode=Node,RBAC".into(),
         "--allow-privileged=true".into(),
-        "--profiling=false".into(),
+        // `LIFEBOAT_FLEET_PROFILING=1` serves /debug/pprof (how BENCHMARKS.md's apiserver
+        // profiles were taken); off otherwise.
+        format!(
+            "--profiling={}",
+            std::env::var("LIFEBOAT_FLEET_PROFILING").is_ok_and(|v| v == "1")
+        ),
         "--endpoint-reconciler-type=none".into(),
     ];
     Component::new(
