@@ -1442,10 +1442,12 @@ mod tests {
         .unwrap()
     }
 
+    /// Unhealthy since the start of second `since`: the hub's whole-second `unhealthySince` is
+    /// written in the second before (a whole-second time counts from the end of its second).
     fn unhealthy(cluster: &str, since: i64, class: &str) -> Value {
         json!({"clusterName": cluster, "applied": true, "health": "Unhealthy",
                "failureClass": class, "healthReason": "FoundFailedPods: pod p failed",
-               "unhealthySince": at(since).0.to_string(),
+               "unhealthySince": at(since - 1).0.to_string(),
                "firstObservedAt": at(0).0.to_string(), "lastHealthyTime": at(0).0.to_string()})
     }
 

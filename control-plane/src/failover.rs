@@ -325,8 +325,16 @@ fn application_failover(
         });
         return;
     }
-    let since = item.unhealthy_since.clone().unwrap_or_else(|| now.clone());
     let toleration = i64::from(app.toleration_seconds());
+    // `unhealthySince` is read back from the binding with whole seconds: counted from the end
+    // of its second, a toleration never ends early. A toleration of 0 is over as soon as the
+    // state is seen, so it waits for no rounding.
+    let written = item.unhealthy_since.clone().unwrap_or_else(|| now.clone());
+    let since = if toleration > 0 {
+        crate::failover_phase::end_of_written_second(&written)
+    } else {
+        written.clone()
+    };
     if ctx.resets_itself {
         let phase = item
             .status
@@ -353,7 +361,8 @@ fn application_failover(
         // A reset restarts the clock: the next one (or the move) waits for the pause and a
         // new toleration after it.
         let anchor = match record {
-            Some(r) if r.last_requested_at.0 >= since.0 => plus(&r.last_requested_at, pause),
+            // (Both written with whole seconds: compared as written.)
+            Some(r) if r.last_requested_at.0 >= written.0 => plus(&r.last_requested_at, pause),
             _ => since.clone(),
         };
         let deadline = plus(&anchor, toleration);
@@ -370,7 +379,7 @@ fn application_failover(
                 class: Some(class),
                 message: format!(
                     "unhealthy in {name} since {} ({}): in-place reset {} of {} (inPlaceReset.limit) before a move",
-                    since.0,
+                    written.0,
                     item.health_reason.as_deref().unwrap_or("no reason given"),
                     done + 1,
                     reset.limit
@@ -390,7 +399,7 @@ fn application_failover(
         class,
         message: format!(
             "unhealthy in {name} since {} ({}; toleration {toleration}s)",
-            since.0,
+            written.0,
             item.health_reason.as_deref().unwrap_or("no reason given")
         ),
         purge_mode: app.purge_mode(),
@@ -402,7 +411,7 @@ fn application_failover(
             .map(|sp| preserve(sp, Some(item)))
             .unwrap_or_default(),
         block_seconds: block_seconds(app),
-        failing_since: Some(since),
+        failing_since: Some(written),
     });
 }
 

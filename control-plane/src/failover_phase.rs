@@ -29,7 +29,7 @@ pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
 /// within the second after it. Counting from the end of that second keeps a toleration or a
 /// fencing period from ending up to a second early (a failover bench saw dispatches 0.4 s before
 /// the cluster toleration was over).
-fn end_of_written_second(t: &Time) -> Time {
+pub(crate) fn end_of_written_second(t: &Time) -> Time {
     if t.0.subsec_nanosecond() != 0 {
         return t.clone();
     }

@@ -18,10 +18,12 @@ fn binding(failover: Value, clusters: &[&str], items: Value) -> ResourceBinding 
     .unwrap()
 }
 
+/// Unhealthy since the start of second `since`: the hub's whole-second `unhealthySince` is
+/// written in the second before (a whole-second time counts from the end of its second).
 fn unhealthy(cluster: &str, since: i64, class: &str) -> Value {
     json!({"clusterName": cluster, "applied": true, "health": "Unhealthy",
            "failureClass": class, "healthReason": "FoundFailedPods: pod p failed",
-           "unhealthySince": at(since).0.to_string(),
+           "unhealthySince": at(since - 1).0.to_string(),
            "firstObservedAt": at(0).0.to_string(),
            "lastHealthyTime": at(0).0.to_string(),
            "status": {"phase": "Running", "checkpoint": "ckpt-42"}})
@@ -88,6 +90,20 @@ fn an_unhealthy_placement_is_evicted_once_the_toleration_is_over() {
     assert_eq!(e.purge_mode, PurgeMode::Gracefully);
     assert_eq!(e.grace_period_seconds, Some(600));
     assert_eq!(e.block_seconds, Some(600));
+}
+
+#[test]
+fn a_whole_second_unhealthy_since_counts_from_the_end_of_its_second() {
+    // Written at second 100 (whole seconds, as read back from the binding): the unhealthy
+    // state began somewhere in second 100, so a 60 s toleration is over at 161, not 160.
+    let mut item = unhealthy("a", 0, "Infrastructure");
+    item["unhealthySince"] = json!(at(100).0.to_string());
+    let b = binding(app(json!({})), &["a", "b"], json!([item]));
+    let clusters = ready(&["a", "b"]);
+    let d = decide_at(&b, 160, &clusters);
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.next_check, Some(at(161)));
+    assert_eq!(decide_at(&b, 161, &clusters).evictions.len(), 1);
 }
 
 #[test]
