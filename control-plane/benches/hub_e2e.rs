@@ -266,8 +266,10 @@ async fn run_once(
         placed,
     };
     println!(
-        "run {run}: {templates} AppWrappers created in {created:.2} s ({:.0}/s); all {templates} bindings Scheduled=True {seconds:.2} s after the first create = {:.0} bindings/s ({clusters})",
-        figures.creates_per_second, figures.bindings_per_second
+        "run {run}: {templates} AppWrappers created in {created:.2} s ({:.0}/s); all {templates} bindings Scheduled=True {seconds:.2} s after the first create = {:.0} bindings/s ({clusters}; load average {})",
+        figures.creates_per_second,
+        figures.bindings_per_second,
+        lifeboat_e2e::load_average()
     );
     Ok(figures)
 }
