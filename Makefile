@@ -22,6 +22,8 @@ help:
 	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
 	@echo "make tools   build helm (pinned, cached beside the k8s binaries) for the chart tests"
+	@echo "make image-check  build the release hub and agent (as the Containerfile does) and check their link mode"
+	@echo "             against the runtime image: --help in an empty environment, only distroless/cc's libraries"
 	@echo "make bench   benchmarks (see BENCHMARKS.md)"
 
 .PHONY: k8s-bins
@@ -77,7 +79,8 @@ ledger:
 
 # End-to-end tests: each test binary starts its own fleet of real control planes. The suites
 # that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs) start the
-# binaries built here (cargo test builds only the test binaries).
+# binaries built here (cargo test builds only the test binaries); e2e/tests/link_mode.rs checks
+# their link mode against the runtime image (dev profile: see image-check).
 .PHONY: e2e
 e2e: k8s-bins tools lifeboat-bins
 	$(CARGO) test --workspace --test '*'
@@ -85,6 +88,15 @@ e2e: k8s-bins tools lifeboat-bins
 .PHONY: lifeboat-bins
 lifeboat-bins:
 	$(CARGO) build -p lifeboat-hub -p lifeboat-agent -p lifeboatctl
+
+# The link-mode check on the release binaries the Containerfile ships. Not part of `make test`:
+# their cold build took 16.5 min on the 2-core machine (BENCHMARKS.md, CI budget), so CI checks
+# the dev binaries, which link the same libraries: same target and linker, no .cargo/config.toml,
+# and the profiles differ only in opt-level and debuginfo.
+.PHONY: image-check
+image-check:
+	$(CARGO) build --release --locked -p lifeboat-hub -p lifeboat-agent --bins
+	LIFEBOAT_BIN_DIR=$(abspath $(or $(CARGO_TARGET_DIR),target))/release $(CARGO) test -p lifeboat-e2e --test link_mode
 
 .PHONY: bench
 bench: k8s-bins

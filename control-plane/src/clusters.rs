@@ -20,7 +20,7 @@
 //!
 //! [`judge`] is the pure decision; [`ClusterHealthMonitor::run`] is the IO around it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,9 +34,11 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use lifeboat_api::cluster::{
-    CONDITION_READY, Cluster, HUB_SYSTEM_NAMESPACE, REASON_CLUSTER_READY, REASON_LEASE_EXPIRED,
-    REASON_MEMBER_API_UNREACHABLE, REASON_NOT_REGISTERED, TAINT_NOT_READY, TAINT_UNREACHABLE,
+    CONDITION_READY, Cluster, ClusterStatus, GPU_RESOURCE, HUB_SYSTEM_NAMESPACE,
+    REASON_CLUSTER_READY, REASON_LEASE_EXPIRED, REASON_MEMBER_API_UNREACHABLE,
+    REASON_NOT_REGISTERED, TAINT_NOT_READY, TAINT_UNREACHABLE,
 };
+use lifeboat_api::quantity::Quantity;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
@@ -339,11 +341,125 @@ pub struct ReadinessTransition {
     pub at: Time,
 }
 
+/// The `state` label values of `lifeboat_hub_cluster_gpus`, in the order of
+/// [`FleetGaugeValues::gpus`].
+pub const GPU_STATES: [&str; 2] = ["allocatable", "allocated"];
+/// The `condition` label values of `lifeboat_hub_cluster_nodes`, in the order of
+/// [`FleetGaugeValues::nodes`].
+pub const NODE_CONDITIONS: [&str; 3] = ["not_ready", "autopilot_flagged", "spot_reclaiming"];
+
+/// What the fleet gauges show of one cluster, from the inventory its agent reports into the
+/// Cluster's status. `None`: not reported yet (no series, rather than a zero that would claim a
+/// cluster without GPUs or without bad nodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FleetGaugeValues {
+    /// `nvidia.com/gpu` allocatable and allocated (whole GPUs), by [`GPU_STATES`]; a reported
+    /// summary without GPUs is zero. `None` too when a quantity does not parse.
+    pub gpus: Option<[i64; 2]>,
+    /// Nodes NotReady, Autopilot-flagged and with a spot reclamation notice, by
+    /// [`NODE_CONDITIONS`].
+    pub nodes: Option<[i64; 3]>,
+}
+
+impl FleetGaugeValues {
+    pub fn of(status: Option<&ClusterStatus>) -> FleetGaugeValues {
+        let gpus = status
+            .and_then(|s| s.resource_summary.as_ref())
+            .and_then(|summary| {
+                let whole =
+                    |list: &lifeboat_api::cluster::ResourceList| match list.get(GPU_RESOURCE) {
+                        None => Some(0),
+                        Some(q) => Quantity::parse(&q.0).ok().map(|q| q.value()),
+                    };
+                Some([whole(&summary.allocatable)?, whole(&summary.allocated)?])
+            });
+        let nodes = status.and_then(|s| s.node_health.as_ref()).map(|health| {
+            [
+                i64::from(health.not_ready),
+                i64::from(health.autopilot_flagged),
+                i64::from(health.spot_reclaiming),
+            ]
+        });
+        FleetGaugeValues { gpus, nodes }
+    }
+}
+
+/// `lifeboat_hub_cluster_gpus{cluster,state}` and `lifeboat_hub_cluster_nodes{cluster,condition}`.
+/// One label set per cluster and value (bounded by the fleet, like `lifeboat_hub_cluster_ready`;
+/// no node names).
+#[derive(Clone)]
+struct FleetGauges {
+    gpus: IntGaugeVec,
+    nodes: IntGaugeVec,
+}
+
+impl FleetGauges {
+    fn new(registry: &Registry) -> Result<FleetGauges, prometheus::Error> {
+        let gpus = IntGaugeVec::new(
+            Opts::new(
+                "lifeboat_hub_cluster_gpus",
+                "nvidia.com/gpu of each member cluster as its agent reports it: allocatable (ready, \
+                 schedulable nodes) and allocated (requests of the pods bound to them)",
+            ),
+            &["cluster", "state"],
+        )?;
+        let nodes = IntGaugeVec::new(
+            Opts::new(
+                "lifeboat_hub_cluster_nodes",
+                "Nodes of each member cluster that cannot or soon will not run work, as its agent \
+                 reports them: not_ready, autopilot_flagged, spot_reclaiming",
+            ),
+            &["cluster", "condition"],
+        )?;
+        registry.register(Box::new(gpus.clone()))?;
+        registry.register(Box::new(nodes.clone()))?;
+        Ok(FleetGauges { gpus, nodes })
+    }
+
+    /// Sets every value of `cluster`, zeros included (so the series exist), and removes those
+    /// not reported.
+    fn set(&self, cluster: &str, values: FleetGaugeValues) {
+        set_or_remove(&self.gpus, cluster, &GPU_STATES, values.gpus.as_ref());
+        set_or_remove(
+            &self.nodes,
+            cluster,
+            &NODE_CONDITIONS,
+            values.nodes.as_ref(),
+        );
+    }
+
+    fn remove(&self, cluster: &str) {
+        self.set(cluster, FleetGaugeValues::default());
+    }
+
+    fn reset(&self) {
+        self.gpus.reset();
+        self.nodes.reset();
+    }
+}
+
+fn set_or_remove<const N: usize>(
+    gauge: &IntGaugeVec,
+    cluster: &str,
+    labels: &[&str; N],
+    values: Option<&[i64; N]>,
+) {
+    for (i, label) in labels.iter().enumerate() {
+        match values {
+            Some(values) => gauge.with_label_values(&[cluster, label]).set(values[i]),
+            None => {
+                let _ = gauge.remove_label_values(&[cluster, label]);
+            }
+        }
+    }
+}
+
 /// The cluster health monitor.
 pub struct ClusterHealthMonitor {
     config: ClusterHealthConfig,
     client: kube::Client,
     ready_gauge: IntGaugeVec,
+    fleet_gauges: FleetGauges,
     transitions: broadcast::Sender<ReadinessTransition>,
     readiness: watch::Sender<BTreeMap<String, ClusterHealth>>,
     recorder: Recorder,
@@ -355,7 +471,9 @@ struct Remembered {
 }
 
 impl ClusterHealthMonitor {
-    /// Creates the monitor and registers `lifeboat_hub_cluster_ready{cluster}` in `registry`.
+    /// Creates the monitor and registers `lifeboat_hub_cluster_ready{cluster}`,
+    /// `lifeboat_hub_cluster_gpus{cluster,state}` and `lifeboat_hub_cluster_nodes{cluster,condition}`
+    /// in `registry`.
     pub fn new(
         config: ClusterHealthConfig,
         client: kube::Client,
@@ -369,6 +487,7 @@ impl ClusterHealthMonitor {
             &["cluster"],
         )?;
         registry.register(Box::new(ready_gauge.clone()))?;
+        let fleet_gauges = FleetGauges::new(registry)?;
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -380,6 +499,7 @@ impl ClusterHealthMonitor {
             config,
             client,
             ready_gauge,
+            fleet_gauges,
             transitions: broadcast::channel(1024).0,
             readiness: watch::channel(BTreeMap::new()).0,
             recorder,
@@ -424,6 +544,7 @@ impl ClusterHealthMonitor {
         let _abort = AbortOnDrop(vec![cluster_task, lease_task]);
         let mut shutdown = std::pin::pin!(shutdown);
         let mut memory: HashMap<String, Remembered> = HashMap::new();
+        let mut with_fleet_gauges: BTreeSet<String> = BTreeSet::new();
         let mut leading_since: Option<Timestamp> = None;
         let mut next_wake = Instant::now();
         loop {
@@ -438,11 +559,19 @@ impl ClusterHealthMonitor {
                     })
                     .await;
                 }
-                (false, Some(_)) => leading_since = None,
+                (false, Some(_)) => {
+                    leading_since = None;
+                    // Only the leader exports the per-cluster gauges: a former leader's would
+                    // go stale, and sums over the replicas would count each cluster twice.
+                    self.ready_gauge.reset();
+                    self.fleet_gauges.reset();
+                    with_fleet_gauges.clear();
+                }
                 _ => {}
             }
             if let Some(since) = leading_since {
                 let soonest = self.evaluate(&clusters, &leases, since, &mut memory).await;
+                self.export_fleet(&clusters, &mut with_fleet_gauges);
                 let period = Instant::now() + self.config.period;
                 next_wake = soonest
                     .and_then(|t| Timestamp::now().duration_until(t).try_into().ok())
@@ -456,6 +585,25 @@ impl ClusterHealthMonitor {
                 _ = tokio::time::sleep_until(next_wake), if leading_since.is_some() => {}
             }
         }
+    }
+
+    /// Sets the fleet gauges of every Cluster in the cache from its status, and removes those of
+    /// Clusters deleted (or being deleted) since the last pass.
+    fn export_fleet(&self, clusters: &Store<Cluster>, exported: &mut BTreeSet<String>) {
+        let mut present = BTreeSet::new();
+        for cluster in clusters.state() {
+            if cluster.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let name = cluster.name_any();
+            self.fleet_gauges
+                .set(&name, FleetGaugeValues::of(cluster.status.as_ref()));
+            present.insert(name);
+        }
+        for gone in exported.difference(&present) {
+            self.fleet_gauges.remove(gone);
+        }
+        *exported = present;
     }
 
     /// Judges every cluster, writes what differs; returns the soonest lease expiry.
@@ -897,5 +1045,117 @@ mod tests {
         assert_eq!(again.last_transition_time, Time(at(5)));
         let ready = ready_condition(&verdict(ClusterHealth::Ready), &shown, Some(1), at(9));
         assert_eq!(ready.last_transition_time, Time(at(9)));
+    }
+
+    fn status_json(value: serde_json::Value) -> ClusterStatus {
+        serde_json::from_value(value).expect("a ClusterStatus")
+    }
+
+    #[test]
+    fn fleet_gauges_read_the_gpus_and_unhealthy_nodes_of_the_reported_inventory() {
+        let status = status_json(serde_json::json!({
+            "resourceSummary": {
+                "allocatable": {"cpu": "96", "nvidia.com/gpu": "16"},
+                "allocated": {"cpu": "12500m", "nvidia.com/gpu": "5"}
+            },
+            "nodeHealth": {
+                "notReady": 2, "autopilotFlagged": 1, "spotReclaiming": 3,
+                "notReadyNodes": ["n1", "n2"]
+            }
+        }));
+        assert_eq!(
+            FleetGaugeValues::of(Some(&status)),
+            FleetGaugeValues {
+                gpus: Some([16, 5]),
+                nodes: Some([2, 1, 3]),
+            }
+        );
+        // A reported inventory without GPUs or bad nodes is zeros, not absent.
+        let healthy = status_json(serde_json::json!({
+            "resourceSummary": {"allocatable": {"cpu": "8"}, "allocated": {}},
+            "nodeHealth": {"notReady": 0, "autopilotFlagged": 0, "spotReclaiming": 0}
+        }));
+        assert_eq!(
+            FleetGaugeValues::of(Some(&healthy)),
+            FleetGaugeValues {
+                gpus: Some([0, 0]),
+                nodes: Some([0, 0, 0]),
+            }
+        );
+        // Nothing reported yet (registered, or no status at all): no values.
+        let registered = cluster(0, true);
+        assert_eq!(
+            FleetGaugeValues::of(registered.status.as_ref()),
+            FleetGaugeValues::default()
+        );
+        assert_eq!(FleetGaugeValues::of(None), FleetGaugeValues::default());
+        // A fractional quantity counts whole GPUs, rounded up (Quantity.Value); one that does
+        // not parse leaves the GPUs out rather than claiming zero.
+        let odd = status_json(serde_json::json!({
+            "resourceSummary": {
+                "allocatable": {"nvidia.com/gpu": "1500m"},
+                "allocated": {"nvidia.com/gpu": "two"}
+            }
+        }));
+        assert_eq!(FleetGaugeValues::of(Some(&odd)).gpus, None);
+        let fractional = status_json(serde_json::json!({
+            "resourceSummary": {"allocatable": {"nvidia.com/gpu": "1500m"}, "allocated": {}}
+        }));
+        assert_eq!(FleetGaugeValues::of(Some(&fractional)).gpus, Some([2, 0]));
+    }
+
+    /// The samples of `name` in `registry`: label values (in label-name order) → value.
+    fn samples(registry: &Registry, name: &str) -> BTreeMap<Vec<String>, i64> {
+        crate::test_metrics::series(registry, name)
+            .into_iter()
+            .map(|(labels, value)| (labels, value as i64))
+            .collect()
+    }
+
+    #[test]
+    fn fleet_gauges_set_zeros_and_drop_what_is_no_longer_reported() {
+        let registry = Registry::new();
+        let gauges = FleetGauges::new(&registry).expect("registered");
+        let key = |cluster: &str, value: &str| vec![cluster.to_string(), value.to_string()];
+        gauges.set(
+            "gpu-east",
+            FleetGaugeValues {
+                gpus: Some([8, 3]),
+                nodes: Some([0, 1, 0]),
+            },
+        );
+        gauges.set(
+            "cpu-west",
+            FleetGaugeValues {
+                gpus: Some([0, 0]),
+                nodes: None,
+            },
+        );
+        let gpus = samples(&registry, "lifeboat_hub_cluster_gpus");
+        assert_eq!(gpus.len(), 4, "{gpus:?}");
+        assert_eq!(gpus[&key("gpu-east", "allocatable")], 8);
+        assert_eq!(gpus[&key("gpu-east", "allocated")], 3);
+        assert_eq!(gpus[&key("cpu-west", "allocatable")], 0);
+        let nodes = samples(&registry, "lifeboat_hub_cluster_nodes");
+        assert_eq!(
+            nodes,
+            [
+                (key("gpu-east", "autopilot_flagged"), 1),
+                (key("gpu-east", "not_ready"), 0),
+                (key("gpu-east", "spot_reclaiming"), 0),
+            ]
+            .into_iter()
+            .collect()
+        );
+        // A deleted cluster's series go; the other cluster's stay.
+        gauges.remove("gpu-east");
+        assert!(samples(&registry, "lifeboat_hub_cluster_nodes").is_empty());
+        let gpus = samples(&registry, "lifeboat_hub_cluster_gpus");
+        assert_eq!(
+            gpus.keys().map(|k| k[0].as_str()).collect::<Vec<_>>(),
+            ["cpu-west"; 2]
+        );
+        gauges.reset();
+        assert!(samples(&registry, "lifeboat_hub_cluster_gpus").is_empty());
     }
 }

@@ -495,22 +495,7 @@ mod tests {
     fn every_known_failover_and_reset_series_is_exported_at_zero_from_the_start() {
         let registry = prometheus::Registry::new();
         let _metrics = FailoverMetrics::new(&registry).unwrap();
-        let families = registry.gather();
-        let series = |name: &str| -> Vec<(Vec<String>, f64)> {
-            families
-                .iter()
-                .filter(|f| f.name() == name)
-                .flat_map(|f| f.get_metric().iter())
-                .map(|m| {
-                    let labels = m
-                        .get_label()
-                        .iter()
-                        .map(|l| l.value().to_string())
-                        .collect();
-                    (labels, m.get_counter().get_value())
-                })
-                .collect()
-        };
+        let series = |name: &str| crate::test_metrics::series(&registry, name);
         let failovers = series("lifeboat_hub_failovers_total");
         assert_eq!(
             failovers.len(),

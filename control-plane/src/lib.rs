@@ -34,4 +34,6 @@ pub mod recovery;
 pub mod status;
 pub mod template_status;
 pub mod templates;
+#[cfg(test)]
+mod test_metrics;
 pub mod work_store;

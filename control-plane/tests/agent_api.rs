@@ -109,6 +109,10 @@ fn main() -> ExitCode {
                 "unregistered_cluster_is_unknown_and_tainted",
                 unregistered_cluster_is_unknown_and_tainted,
             ),
+            E2eTest::new(
+                "fleet_gauges_follow_the_cluster_status_and_go_with_the_cluster_or_the_leadership",
+                fleet_gauges_follow_the_cluster_status,
+            ),
         ],
     )
 }
@@ -1282,6 +1286,25 @@ async fn monitor(
     ),
     harness::TestError,
 > {
+    let (leader, leadership) = always_leader();
+    monitor_led(hub, lease, grace, leadership, Some(leader))
+}
+
+/// The monitor under `leadership`; `keep` (the sender of a fixed leadership) lives as long as it.
+fn monitor_led(
+    hub: &Hub,
+    lease: Duration,
+    grace: Duration,
+    leadership: tokio::sync::watch::Receiver<LeaderState>,
+    keep: Option<tokio::sync::watch::Sender<LeaderState>>,
+) -> Result<
+    (
+        tokio::sync::broadcast::Receiver<lifeboat_hub::clusters::ReadinessTransition>,
+        prometheus::Registry,
+        tokio::sync::oneshot::Sender<()>,
+    ),
+    harness::TestError,
+> {
     let registry = prometheus::Registry::new();
     let monitor = ClusterHealthMonitor::new(
         ClusterHealthConfig {
@@ -1296,14 +1319,13 @@ async fn monitor(
     )?;
     let transitions = monitor.subscribe();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (leader, leadership) = always_leader();
     tokio::spawn(async move {
         monitor
             .run(leadership, async {
                 let _ = stopped.await;
             })
             .await;
-        drop(leader);
+        drop(keep);
     });
     Ok((transitions, registry, stop))
 }
@@ -1524,6 +1546,157 @@ async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
         unreachable >= 1 && ready >= 1,
         format!("Events: {unreachable} ClusterUnreachable, {ready} ClusterReady"),
     )?;
+    Ok(())
+}
+
+/// The fleet gauges' samples of `cluster`: (metric, label value) → value.
+fn fleet_samples(
+    registry: &prometheus::Registry,
+    cluster: &str,
+) -> std::collections::BTreeMap<(String, String), i64> {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| {
+            f.name() == "lifeboat_hub_cluster_gpus" || f.name() == "lifeboat_hub_cluster_nodes"
+        })
+        .flat_map(|f| {
+            f.get_metric()
+                .iter()
+                .map(move |m| (f.name().to_string(), m))
+        })
+        .filter(|(_, m)| {
+            m.get_label()
+                .iter()
+                .any(|l| l.name() == "cluster" && l.value() == cluster)
+        })
+        .map(|(name, m)| {
+            let value = m
+                .get_label()
+                .iter()
+                .find(|l| l.name() != "cluster")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            ((name, value), m.get_gauge().get_value() as i64)
+        })
+        .collect()
+}
+
+async fn until_fleet_samples(
+    registry: &prometheus::Registry,
+    cluster: &str,
+    expected: &[(&str, &str, i64)],
+) -> TestResult {
+    let expected: std::collections::BTreeMap<(String, String), i64> = expected
+        .iter()
+        .map(|(name, value, v)| ((name.to_string(), value.to_string()), *v))
+        .collect();
+    wait::until(
+        &format!("fleet gauges of {cluster} = {expected:?}"),
+        T,
+        || async {
+            let seen = fleet_samples(registry, cluster);
+            if seen == expected {
+                Ok(())
+            } else {
+                Err(format!("{seen:?}"))
+            }
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+async fn fleet_gauges_follow_the_cluster_status(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "fleet-1";
+    labelled_cluster(&hub, name).await?;
+    let (leader, leadership) = tokio::sync::watch::channel(LeaderState::leader());
+    let (_transitions, registry, _stop) = monitor_led(
+        &hub,
+        Duration::from_secs(30),
+        Duration::from_secs(5),
+        leadership,
+        None,
+    )?;
+    // Registered, nothing reported yet: no series (a zero would claim no GPUs).
+    let token = hub.register(name).await?;
+    wait_health(&hub, name, "True", "ClusterReady", false).await?;
+    readiness_gauge(&registry, name, 1).await?;
+    // Passes of the monitor (every second) after the one that set the readiness gauge.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    check(
+        fleet_samples(&registry, name).is_empty(),
+        format!(
+            "series before any inventory: {:?}",
+            fleet_samples(&registry, name)
+        ),
+    )?;
+
+    // The agent reports 16 GPUs, 4 of them allocated, and one NotReady node: every series,
+    // zeros included, from the Cluster status the heartbeat wrote.
+    let mut reported = inventory("16");
+    reported
+        .resource_summary
+        .allocated
+        .insert("nvidia.com/gpu".into(), Quantity("4".into()));
+    reported.node_health.not_ready = 1;
+    reported.node_health.not_ready_nodes = vec!["gpu-node-3".into()];
+    check(
+        hub.heartbeat(name, &token, Some(reported.clone()))
+            .await
+            .status
+            == StatusCode::OK,
+        "heartbeat",
+    )?;
+    until_fleet_samples(
+        &registry,
+        name,
+        &[
+            ("lifeboat_hub_cluster_gpus", "allocatable", 16),
+            ("lifeboat_hub_cluster_gpus", "allocated", 4),
+            ("lifeboat_hub_cluster_nodes", "not_ready", 1),
+            ("lifeboat_hub_cluster_nodes", "autopilot_flagged", 0),
+            ("lifeboat_hub_cluster_nodes", "spot_reclaiming", 0),
+        ],
+    )
+    .await?;
+
+    // A spot reclamation notice and an Autopilot flag: the next heartbeat moves the gauges.
+    reported.node_health.spot_reclaiming = 2;
+    reported.node_health.autopilot_flagged = 1;
+    check(
+        hub.heartbeat(name, &token, Some(reported)).await.status == StatusCode::OK,
+        "heartbeat",
+    )?;
+    let with_notices = [
+        ("lifeboat_hub_cluster_gpus", "allocatable", 16),
+        ("lifeboat_hub_cluster_gpus", "allocated", 4),
+        ("lifeboat_hub_cluster_nodes", "not_ready", 1),
+        ("lifeboat_hub_cluster_nodes", "autopilot_flagged", 1),
+        ("lifeboat_hub_cluster_nodes", "spot_reclaiming", 2),
+    ];
+    until_fleet_samples(&registry, name, &with_notices).await?;
+
+    // No longer leading: the series go (a standby exports none); leading again: back.
+    leader.send_replace(LeaderState::standby(None));
+    until_fleet_samples(&registry, name, &[]).await?;
+    check(
+        registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "lifeboat_hub_cluster_ready")
+            .all(|f| f.get_metric().is_empty()),
+        "no lifeboat_hub_cluster_ready series on a standby",
+    )?;
+    leader.send_replace(LeaderState::leader());
+    until_fleet_samples(&registry, name, &with_notices).await?;
+
+    // The Cluster is deleted: its series go.
+    clusters(&hub)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    until_fleet_samples(&registry, name, &[]).await?;
     Ok(())
 }
 

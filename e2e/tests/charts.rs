@@ -833,10 +833,12 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     {
         wanted.extend(named_metrics(expr));
     }
-    // The extraction found the names (the dashboard and rules name 12 as of this writing).
+    // The extraction found the names (the dashboard and rules name 14 as of this writing).
     assert!(
         wanted.contains("lifeboat_hub_failovers_total")
-            && wanted.contains("lifeboat_agent_hub_connected"),
+            && wanted.contains("lifeboat_agent_hub_connected")
+            && wanted.contains("lifeboat_hub_cluster_gpus")
+            && wanted.contains("lifeboat_hub_cluster_nodes"),
         "{wanted:?}"
     );
     let missing = wait::until("every named metric exported", T, || async {
@@ -856,9 +858,11 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await;
+    let fleet = fleet_gauges_follow_the_cluster_status(&clusters, cluster_name, hub_metrics).await;
     let _ = agent_process.kill().await;
     let _ = hub_process.kill().await;
     missing?;
+    fleet?;
 
     // The roles are enough: no request of either process was refused.
     forbidden_in(&hub_log)?;
@@ -878,6 +882,101 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
             }
         }
     }
+    Ok(())
+}
+
+/// The value of the sample `name{labels}` in a Prometheus text exposition (labels as the
+/// exposition writes them: sorted by name).
+fn sample(exposition: &str, name: &str, labels: &[(&str, &str)]) -> Option<i64> {
+    let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    let series = format!("{name}{{{}}} ", labels.join(","));
+    exposition
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|v| v as i64)
+}
+
+/// The hub's fleet gauges of the joined cluster are what its Cluster status says (the agent's
+/// inventory of member-1's kwok GPU nodes), read here from the hub's apiserver, zeros included.
+async fn fleet_gauges_follow_the_cluster_status(
+    clusters: &Api<Cluster>,
+    cluster: &str,
+    hub_metrics: u16,
+) -> TestResult {
+    let whole = |quantity: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+        quantity.map_or(Ok(0), |q| {
+            q.0.parse::<i64>()
+                .map_err(|_| format!("kwok GPUs are whole: {q:?}"))
+        })
+    };
+    wait::until(
+        &format!("fleet gauges of {cluster} = its status"),
+        T,
+        || async {
+            let status = clusters
+                .get(cluster)
+                .await
+                .map_err(|e| e.to_string())?
+                .status
+                .ok_or("no status")?;
+            let resources = status.resource_summary.ok_or("no resource summary yet")?;
+            let health = status.node_health.ok_or("no node health yet")?;
+            let gpu = lifeboat_api::cluster::GPU_RESOURCE;
+            let expected = [
+                (
+                    "lifeboat_hub_cluster_gpus",
+                    "state",
+                    "allocatable",
+                    whole(resources.allocatable.get(gpu))?,
+                ),
+                (
+                    "lifeboat_hub_cluster_gpus",
+                    "state",
+                    "allocated",
+                    whole(resources.allocated.get(gpu))?,
+                ),
+                (
+                    "lifeboat_hub_cluster_nodes",
+                    "condition",
+                    "not_ready",
+                    i64::from(health.not_ready),
+                ),
+                (
+                    "lifeboat_hub_cluster_nodes",
+                    "condition",
+                    "autopilot_flagged",
+                    i64::from(health.autopilot_flagged),
+                ),
+                (
+                    "lifeboat_hub_cluster_nodes",
+                    "condition",
+                    "spot_reclaiming",
+                    i64::from(health.spot_reclaiming),
+                ),
+            ];
+            // member-1 has GPU nodes and the placed AppWrapper's pod holds some: not a zero check.
+            if expected[0].3 == 0 || expected[1].3 == 0 {
+                return Err(format!(
+                    "the status shows no GPUs allocatable or allocated: {resources:?}"
+                ));
+            }
+            let body = http_get(hub_metrics, "/metrics")
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|status| format!("/metrics: {status}"))?;
+            for (name, label, value, want) in expected {
+                let got = sample(&body, name, &[("cluster", cluster), (label, value)]);
+                if got != Some(want) {
+                    return Err(format!(
+                        "{name}{{{label}={value}}} is {got:?}, the status says {want}"
+                    ));
+                }
+            }
+            Ok(())
+        },
+    )
+    .await?;
     Ok(())
 }
 
