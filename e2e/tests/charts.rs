@@ -3,11 +3,12 @@
 //! install / upgrade / uninstall, the hub and the agent started with exactly the arguments and
 //! environment their rendered Deployments give them, under the ServiceAccount and roles of their
 //! charts (the agent joins the hub and runs a placed AppWrapper; a read outside the roles is
-//! denied), and every metric the dashboard and the alert rules name exported by them.
+//! denied), every metric the dashboard and the alert rules name exported by them, and the alert
+//! rules through `promtool check rules` and their unit tests (`promtool test rules`).
 //!
-//! Helm comes from `make tools` (e2e/tools/build.sh). The fleet has no Prometheus Operator and
-//! no cert-manager: minimal stand-ins of their CRDs (e2e/testdata/chart-crds, spec not
-//! validated) are installed first so their objects can be dry-run and installed.
+//! Helm and promtool come from `make tools` (e2e/tools/build.sh). The fleet has no Prometheus
+//! Operator and no cert-manager: minimal stand-ins of their CRDs (e2e/testdata/chart-crds, spec
+//! not validated) are installed first so their objects can be dry-run and installed.
 //!
 //! Cluster use: the hub chart on the hub, the agent chart on member-1 (dry runs, installs), the
 //! rendered agent in hub mode on member-1 and the rendered standalone agent (with its webhook)
@@ -39,6 +40,8 @@ const T: Duration = Duration::from_secs(90);
 const CHARTS: [Chart; 2] = [Chart::Hub, Chart::Agent];
 /// The values files the charts are tested with besides their defaults.
 const ALL_OPTIONAL: &str = "ci/all-optional-values.yaml";
+/// The hub chart's unit tests of its alert rules (`promtool test rules`).
+const RULES_TEST: &str = "ci/rules-test.yaml";
 
 fn main() -> ExitCode {
     harness::run(
@@ -61,6 +64,10 @@ fn main() -> ExitCode {
                 rendered_standalone_agent,
             ),
             E2eTest::new("dashboard_uses_a_datasource_variable", dashboard_datasource),
+            E2eTest::new(
+                "alert_rules_pass_promtool_check_and_their_unit_tests",
+                alert_rules,
+            ),
         ],
     )
 }
@@ -90,46 +97,64 @@ impl Chart {
     }
 }
 
-/// The helm binary `make tools` builds.
-fn helm_bin() -> Result<PathBuf, TestError> {
-    if let Ok(path) = std::env::var("LIFEBOAT_HELM")
+/// A tool `make tools` builds (e2e/tools/build.sh), or the binary the environment variable
+/// `env` names.
+fn tool_bin(tool: &str, env: &str) -> Result<PathBuf, TestError> {
+    if let Ok(path) = std::env::var(env)
         && !path.is_empty()
     {
         return Ok(PathBuf::from(path));
     }
     let out = std::process::Command::new("bash")
         .arg(workspace_root().join("e2e/tools/build.sh"))
-        .arg("--print-dir")
+        .args(["--print-dir", tool])
         .output()?;
-    let helm = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("helm");
-    if !helm.is_file() {
-        return Err(format!("{} is missing: run `make tools`", helm.display()).into());
+    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join(tool);
+    if !bin.is_file() {
+        return Err(format!("{} is missing: run `make tools`", bin.display()).into());
     }
-    Ok(helm)
+    Ok(bin)
 }
 
-/// Runs helm with its state inside the fleet's state dir; stdout on success.
-async fn helm(ctx: &TestContext, args: &[&str]) -> Result<String, TestError> {
-    let home = ctx.fleet.state_dir().join("helm");
-    let output = tokio::process::Command::new(helm_bin()?)
+fn helm_bin() -> Result<PathBuf, TestError> {
+    tool_bin("helm", "LIFEBOAT_HELM")
+}
+
+/// Runs a tool with `args` (120 s at most); its output, or an error with its stdout and stderr.
+async fn run_tool(
+    mut command: tokio::process::Command,
+    tool: &str,
+    args: &[&str],
+) -> Result<std::process::Output, TestError> {
+    let output = command
         .args(args)
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
     let output = tokio::time::timeout(Duration::from_secs(120), output)
         .await
-        .map_err(|_| format!("helm {args:?} did not finish in 120 s"))??;
+        .map_err(|_| format!("{tool} {args:?} did not finish in 120 s"))??;
     if !output.status.success() {
         return Err(format!(
-            "helm {args:?} failed: {}{}",
+            "{tool} {args:?} failed ({}):\n{}{}",
+            output.status,
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         )
         .into());
     }
+    Ok(output)
+}
+
+/// Runs helm with its state inside the fleet's state dir; stdout on success.
+async fn helm(ctx: &TestContext, args: &[&str]) -> Result<String, TestError> {
+    let home = ctx.fleet.state_dir().join("helm");
+    let mut command = tokio::process::Command::new(helm_bin()?);
+    command
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    let output = run_tool(command, "helm", args).await?;
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
@@ -658,28 +683,94 @@ async fn dashboard_datasource(_ctx: Arc<TestContext>) -> TestResult {
     Ok(())
 }
 
-/// The expressions of the rendered PrometheusRule.
-async fn rule_exprs(ctx: &TestContext) -> Result<Vec<String>, TestError> {
+/// The hub chart's PrometheusRule rendered with the default values (thresholds included).
+async fn prometheus_rule(ctx: &TestContext) -> Result<Value, TestError> {
     let rendering = render(
         ctx,
         Chart::Hub,
         "rules",
         "default",
-        Some(ALL_OPTIONAL),
-        &[],
+        None,
+        &["metrics.prometheusRule.enabled=true".into()],
         &["--show-only", "templates/prometheusrule.yaml"],
     )
     .await?;
-    let rule: Value = serde_saphyr::from_str(&rendering)?;
-    let exprs: Vec<String> = rule["spec"]["groups"]
+    Ok(serde_saphyr::from_str(&rendering)?)
+}
+
+fn rules(prometheus_rule: &Value) -> impl Iterator<Item = &Value> {
+    prometheus_rule["spec"]["groups"]
         .as_array()
         .into_iter()
         .flatten()
         .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+}
+
+/// The expressions of the rendered PrometheusRule.
+async fn rule_exprs(ctx: &TestContext) -> Result<Vec<String>, TestError> {
+    let rule = prometheus_rule(ctx).await?;
+    let exprs: Vec<String> = rules(&rule)
         .filter_map(|r| r["expr"].as_str().map(str::to_string))
         .collect();
     assert_eq!(exprs.len(), 6, "the six alerts of issue 10");
     Ok(exprs)
+}
+
+/// Runs promtool in `dir`; its stdout and stderr (where it reports).
+async fn promtool(dir: &Path, args: &[&str]) -> Result<String, TestError> {
+    let mut command = tokio::process::Command::new(tool_bin("promtool", "LIFEBOAT_PROMTOOL")?);
+    command.current_dir(dir);
+    let output = run_tool(command, "promtool", args).await?;
+    Ok(format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    ))
+}
+
+/// The PrometheusRule's `spec` is a plain Prometheus rules file: `promtool check rules` on it,
+/// then the unit tests of every alert in ci/rules-test.yaml (`promtool test rules`).
+async fn alert_rules(ctx: Arc<TestContext>) -> TestResult {
+    let rule = prometheus_rule(&ctx).await?;
+    let alerts: Vec<&str> = rules(&rule).filter_map(|r| r["alert"].as_str()).collect();
+    assert_eq!(
+        alerts,
+        [
+            "LifeboatAgentDisconnected",
+            "LifeboatClusterNotReady",
+            "LifeboatFailoversHigh",
+            "LifeboatWorkloadsFailed",
+            "LifeboatLedgerWriteErrors",
+            "LifeboatNoLeader",
+        ]
+    );
+    let dir = ctx.fleet.state_dir().join("promtool");
+    std::fs::create_dir_all(&dir)?;
+    // JSON is YAML: promtool reads it as a rules file.
+    std::fs::write(
+        dir.join("lifeboat-rules.yaml"),
+        serde_json::to_string_pretty(&rule["spec"])?,
+    )?;
+    let tests = std::fs::read_to_string(Chart::Hub.dir().join(RULES_TEST))?;
+    std::fs::write(dir.join("rules-test.yaml"), &tests)?;
+    let checked = promtool(&dir, &["check", "rules", "lifeboat-rules.yaml"]).await?;
+    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    let tested = promtool(&dir, &["test", "rules", "rules-test.yaml"]).await?;
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    // Every alert has a case where it fires and one where it does not.
+    for alert in alerts {
+        let name = format!("alertname: {alert}");
+        let cases: Vec<&str> = tests
+            .split("- eval_time:")
+            .filter(|case| case.contains(&name))
+            .collect();
+        assert!(
+            cases.iter().any(|c| c.contains("exp_alerts: []"))
+                && cases.iter().any(|c| c.contains("exp_labels:")),
+            "{RULES_TEST}: {alert} needs a firing and a silent case"
+        );
+    }
+    Ok(())
 }
 
 async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
