@@ -21,7 +21,8 @@ help:
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
 	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
-	@echo "make tools   build helm and promtool (pinned, cached beside the k8s binaries) for the chart tests"
+	@echo "make tools   build helm and promtool and fetch the Prometheus Operator and cert-manager CRDs (pinned,"
+	@echo "             cached beside the k8s binaries) for the chart tests"
 	@echo "make image-check  build the release hub and agent (as the Containerfile does) and check their link mode"
 	@echo "             against the runtime image: --help in an empty environment, only distroless/cc's libraries"
 	@echo "make bench   benchmarks (see BENCHMARKS.md)"
@@ -30,8 +31,9 @@ help:
 k8s-bins:
 	@bash e2e/k8s/build.sh
 
-# Helm and promtool from their Go modules (e2e/tools/versions.env), for the chart suite
-# e2e/tests/charts.rs.
+# Helm and promtool from their Go modules, and the upstream CRDs of the charts' optional kinds
+# (ServiceMonitor, PrometheusRule, Certificate, Issuer) from theirs (e2e/tools/versions.env), for
+# the chart suite e2e/tests/charts.rs.
 .PHONY: tools
 tools:
 	@bash e2e/tools/build.sh

@@ -6,9 +6,11 @@
 //! denied), every metric the dashboard and the alert rules name exported by them, and the alert
 //! rules through `promtool check rules` and their unit tests (`promtool test rules`).
 //!
-//! Helm and promtool come from `make tools` (e2e/tools/build.sh). The fleet has no Prometheus
-//! Operator and no cert-manager: minimal stand-ins of their CRDs (e2e/testdata/chart-crds, spec
-//! not validated) are installed first so their objects can be dry-run and installed.
+//! Helm, promtool and the upstream CRDs of the optional kinds come from `make tools`
+//! (e2e/tools/build.sh). The fleet runs no Prometheus Operator and no cert-manager, but their
+//! real CRDs (ServiceMonitor, PrometheusRule; Certificate, Issuer, at the versions pinned in
+//! e2e/tools/versions.env) are installed first, so the apiserver validates those objects against
+//! the projects' own schemas in the dry runs and installs.
 //!
 //! Cluster use: the hub chart on the hub, the agent chart on member-1 (dry runs, installs), the
 //! rendered agent in hub mode on member-1 and the rendered standalone agent (with its webhook)
@@ -97,6 +99,22 @@ impl Chart {
     }
 }
 
+/// The directory `make tools` puts `tool` in (e2e/tools/build.sh --print-dir).
+fn tool_dir(tool: &str) -> Result<PathBuf, TestError> {
+    let out = std::process::Command::new("bash")
+        .arg(workspace_root().join("e2e/tools/build.sh"))
+        .args(["--print-dir", tool])
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "e2e/tools/build.sh --print-dir {tool}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+}
+
 /// A tool `make tools` builds (e2e/tools/build.sh), or the binary the environment variable
 /// `env` names.
 fn tool_bin(tool: &str, env: &str) -> Result<PathBuf, TestError> {
@@ -105,16 +123,40 @@ fn tool_bin(tool: &str, env: &str) -> Result<PathBuf, TestError> {
     {
         return Ok(PathBuf::from(path));
     }
-    let out = std::process::Command::new("bash")
-        .arg(workspace_root().join("e2e/tools/build.sh"))
-        .args(["--print-dir", tool])
-        .output()?;
-    let bin = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join(tool);
+    let bin = tool_dir(tool)?.join(tool);
     if !bin.is_file() {
         return Err(format!("{} is missing: run `make tools`", bin.display()).into());
     }
     Ok(bin)
 }
+
+/// The files of the upstream Prometheus Operator and cert-manager CRDs `make tools` copies
+/// (e2e/tools/build.sh chart-crds), from the directory `LIFEBOAT_CHART_CRDS` names if set.
+fn chart_crd_files() -> Result<Vec<String>, TestError> {
+    let dir = match std::env::var("LIFEBOAT_CHART_CRDS") {
+        Ok(path) if !path.is_empty() => PathBuf::from(path),
+        _ => tool_dir("chart-crds")?,
+    };
+    CHART_CRD_FILES
+        .iter()
+        .map(|name| {
+            let file = dir.join(name);
+            if file.is_file() {
+                Ok(file.display().to_string())
+            } else {
+                Err(format!("{} is missing: run `make tools`", file.display()).into())
+            }
+        })
+        .collect()
+}
+
+/// The upstream CRDs the charts' optional objects need, as e2e/tools/build.sh names them.
+const CHART_CRD_FILES: [&str; 4] = [
+    "monitoring.coreos.com_servicemonitors.yaml",
+    "monitoring.coreos.com_prometheusrules.yaml",
+    "cert-manager.io_certificates.yaml",
+    "cert-manager.io_issuers.yaml",
+];
 
 fn helm_bin() -> Result<PathBuf, TestError> {
     tool_bin("helm", "LIFEBOAT_HELM")
@@ -202,29 +244,18 @@ async fn kubectl_ok(
         .map_err(|stderr| format!("kubectl {args:?} on {cluster}: {stderr}").into())
 }
 
-/// The stand-in CRDs of the Prometheus Operator and cert-manager kinds, in `cluster`.
-async fn install_stand_in_crds(ctx: &TestContext, cluster: &str) -> TestResult {
-    let dir = workspace_root().join("e2e/testdata/chart-crds");
-    kubectl_ok(
-        ctx,
-        cluster,
-        &["apply", "--server-side", "-f", &dir.display().to_string()],
-        None,
-    )
-    .await?;
-    kubectl_ok(
-        ctx,
-        cluster,
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "-f",
-            &dir.display().to_string(),
-        ],
-        None,
-    )
-    .await?;
+/// The Prometheus Operator's and cert-manager's own CRDs of the kinds the charts render
+/// optionally, in `cluster`.
+async fn install_upstream_crds(ctx: &TestContext, cluster: &str) -> TestResult {
+    let files = chart_crd_files()?;
+    let mut apply = vec!["apply", "--server-side"];
+    let mut wait = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    for file in &files {
+        apply.extend(["-f", file.as_str()]);
+        wait.extend(["-f", file.as_str()]);
+    }
+    kubectl_ok(ctx, cluster, &apply, None).await?;
+    kubectl_ok(ctx, cluster, &wait, None).await?;
     Ok(())
 }
 
@@ -284,7 +315,7 @@ async fn dry_run(ctx: Arc<TestContext>) -> TestResult {
     for chart in CHARTS {
         let cluster = chart.cluster();
         let ns = ctx.namespace(cluster).await?;
-        install_stand_in_crds(&ctx, cluster).await?;
+        install_upstream_crds(&ctx, cluster).await?;
         for values in [None, Some(ALL_OPTIONAL)] {
             let rendering =
                 render(&ctx, chart, "dry", &ns, values, &[], &["--include-crds"]).await?;
@@ -306,14 +337,74 @@ async fn dry_run(ctx: Arc<TestContext>) -> TestResult {
             assert_eq!(applied, objects, "{} {values:?}: {out}", chart.name());
         }
     }
+    // The installed schemas are the projects' own, not schemaless: an object each of them
+    // refuses is refused, naming the field.
+    let cluster = Chart::Hub.cluster();
+    let ns = ctx.namespace(cluster).await?;
+    for (object, field) in REFUSED_OPTIONAL_OBJECTS {
+        let refused = kubectl_ok(
+            &ctx,
+            cluster,
+            &["apply", "--dry-run=server", "-n", &ns, "-f", "-"],
+            Some(object.to_string()),
+        )
+        .await;
+        match refused {
+            Ok(out) => return Err(format!("accepted: {out}\n{object}").into()),
+            Err(e) => assert!(e.to_string().contains(field), "{field} not in: {e}"),
+        }
+    }
     Ok(())
 }
+
+/// One object per optional kind that its upstream CRD's schema (or strict field validation
+/// against it) refuses, and the field the refusal names.
+const REFUSED_OPTIONAL_OBJECTS: [(&str, &str); 4] = [
+    (
+        "apiVersion: monitoring.coreos.com/v1
+kind: ServiceMonitor
+metadata: {name: port-as-number}
+spec:
+  selector: {}
+  endpoints: [{port: 8080}]
+",
+        "spec.endpoints[0].port",
+    ),
+    (
+        "apiVersion: monitoring.coreos.com/v1
+kind: PrometheusRule
+metadata: {name: rule-without-expr}
+spec:
+  groups: [{name: lifeboat, rules: [{alert: NoExpr}]}]
+",
+        "spec.groups[0].rules[0].expr",
+    ),
+    (
+        "apiVersion: cert-manager.io/v1
+kind: Certificate
+metadata: {name: without-secret-name}
+spec:
+  issuerRef: {name: lifeboat}
+",
+        "spec.secretName",
+    ),
+    (
+        "apiVersion: cert-manager.io/v1
+kind: Issuer
+metadata: {name: unknown-field}
+spec:
+  selfSigned: {}
+  selfSignedd: {}
+",
+        "spec.selfSignedd",
+    ),
+];
 
 async fn install_upgrade_uninstall(ctx: Arc<TestContext>) -> TestResult {
     for chart in CHARTS {
         let cluster = chart.cluster();
         let ns = ctx.namespace(cluster).await?;
-        install_stand_in_crds(&ctx, cluster).await?;
+        install_upstream_crds(&ctx, cluster).await?;
         let kubeconfig = ctx.fleet.kubeconfig(cluster)?.display().to_string();
         let dir = chart.dir().display().to_string();
         let release = "inst";
