@@ -746,6 +746,10 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
     result
 }
 
+/// The hub binary's allocator, so the hub in this process runs as it does there.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let args = match args() {
         Ok(a) => a,
