@@ -630,6 +630,26 @@ fn deployment_resource() -> ApiResource {
     ApiResource::erase::<Deployment>(&())
 }
 
+/// A policy dividing the Deployment `name`'s replicas by static weights over single clusters
+/// (tolerating member-2's taint).
+fn divided_by_weight(name: &str, weights: &[(&str, i32)]) -> Value {
+    let list: Vec<Value> = weights
+        .iter()
+        .map(|(c, w)| json!({"targetCluster": {"clusterNames": [c]}, "weight": w}))
+        .collect();
+    json!({
+        "resourceSelectors": selector("Deployment", name),
+        "placement": {
+            "clusterTolerations": [toleration()],
+            "replicaScheduling": {
+                "replicaSchedulingType": "Divided",
+                "replicaDivisionPreference": "Weighted",
+                "weightPreference": {"staticWeightList": list}
+            }
+        }
+    })
+}
+
 /// Creates a Deployment template on the hub.
 async fn create_deployment(hub: &kube::Client, ns: &str, name: &str, replicas: i32) -> TestResult {
     let deployments: Api<Deployment> = Api::namespaced(hub.clone(), ns);
@@ -739,23 +759,7 @@ async fn divided_deployment(ctx: Arc<TestContext>) -> TestResult {
     let turn = Turn::take(&ctx).await?;
     let (hub, ns) = (&turn.hub, turn.ns.clone());
     let name = "divided";
-    let weighted = |weights: &[(&str, i32)]| {
-        let list: Vec<Value> = weights
-            .iter()
-            .map(|(c, w)| json!({"targetCluster": {"clusterNames": [c]}, "weight": w}))
-            .collect();
-        json!({
-            "resourceSelectors": selector("Deployment", name),
-            "placement": {
-                "clusterTolerations": [toleration()],
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "replicaDivisionPreference": "Weighted",
-                    "weightPreference": {"staticWeightList": list}
-                }
-            }
-        })
-    };
+    let weighted = |weights: &[(&str, i32)]| divided_by_weight(name, weights);
     apply_propagation_policy(hub, &ns, "divided", weighted(&[(M1, 1), (M2, 2), (M3, 3)])).await?;
     create_deployment(hub, &ns, name, 6).await?;
     until_binding(hub, &ns, name, "divided 1:2:3", |b| {
@@ -925,20 +929,7 @@ async fn customization_without_restart(ctx: Arc<TestContext>) -> TestResult {
         hub,
         &ns,
         "counted",
-        json!({
-            "resourceSelectors": selector("Deployment", name),
-            "placement": {
-                "clusterTolerations": [toleration()],
-                "replicaScheduling": {
-                    "replicaSchedulingType": "Divided",
-                    "replicaDivisionPreference": "Weighted",
-                    "weightPreference": {"staticWeightList": [
-                        {"targetCluster": {"clusterNames": [M2]}, "weight": 1},
-                        {"targetCluster": {"clusterNames": [M3]}, "weight": 1}
-                    ]}
-                }
-            }
-        }),
+        divided_by_weight(name, &[(M2, 1), (M3, 1)]),
     )
     .await?;
     let mut template = support::deployment(name, 4);

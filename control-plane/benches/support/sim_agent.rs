@@ -370,8 +370,18 @@ pub async fn start_agents(
         .buffer_unordered(8)
         .try_collect::<Vec<_>>()
         .await?;
+    until_clusters_ready(hub, names, "every simulated cluster Ready").await?;
+    Ok(agents)
+}
+
+/// Waits until every Cluster named in `names` is Ready on the hub.
+async fn until_clusters_ready(
+    hub: &kube::Client,
+    names: &[String],
+    what: &str,
+) -> Result<(), BoxError> {
     let clusters: Api<Cluster> = Api::all(hub.clone());
-    until("every simulated cluster Ready", || async {
+    until(what, || async {
         let list = clusters
             .list(&Default::default())
             .await
@@ -387,8 +397,7 @@ pub async fn start_agents(
             Err(format!("{ready} of {} Ready", names.len()))
         }
     })
-    .await?;
-    Ok(agents)
+    .await
 }
 
 /// One work item a cluster holds.
@@ -624,25 +633,6 @@ pub async fn start_real_agents(
         };
         agents.push(agent::spawn(options, prometheus::Registry::new()).await?);
     }
-    let clusters: Api<Cluster> = Api::all(hub.clone());
-    until("every real member Ready on the hub", || async {
-        let list = clusters
-            .list(&Default::default())
-            .await
-            .map_err(|e| e.to_string())?;
-        let ready = list
-            .items
-            .iter()
-            .filter(|c| {
-                is_ready(c) && members.contains(&c.metadata.name.clone().unwrap_or_default())
-            })
-            .count();
-        if ready == members.len() {
-            Ok(())
-        } else {
-            Err(format!("{ready} of {} Ready", members.len()))
-        }
-    })
-    .await?;
+    until_clusters_ready(hub, members, "every real member Ready on the hub").await?;
     Ok(agents)
 }
