@@ -132,6 +132,16 @@ impl Call {
         self.respond.send_response(response);
     }
 
+    /// Answers with `status` and a plain-text body (as `/readyz` and `/healthz` do).
+    pub fn reply_text(self, status: u16, text: &str) {
+        let response = Response::builder()
+            .status(status)
+            .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(Body::from(text.as_bytes().to_vec()))
+            .expect("a valid response");
+        self.respond.send_response(response);
+    }
+
     /// Answers with a Kubernetes `Status` failure, as the API server does.
     pub fn fail(self, code: u16, reason: &str, message: &str) {
         self.reply(

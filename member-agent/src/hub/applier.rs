@@ -33,7 +33,7 @@ use tokio_util::time::DelayQueue;
 use tracing::Instrument;
 
 use super::backoff::Backoff;
-use super::catalog::{ApiCatalog, namespaced};
+use super::catalog::{ApiCatalog, check_ready, namespaced};
 use super::fencing::{self, Fence, Suspension};
 use super::metrics::HubMetrics;
 use super::namespaces::Namespaces;
@@ -517,6 +517,10 @@ impl Applier {
             });
         }
         let (target, api) = self.target(key, work).await?;
+        // A server still starting can read an existing custom object as missing.
+        check_ready(&self.client)
+            .await
+            .map_err(|e| ApplyError::kube(format!("reading {} for its reset", target.id), e))?;
         let object = api
             .get_opt(&target.id.name)
             .await
@@ -788,11 +792,13 @@ impl Applier {
         key: &WorkKey,
         propagation: PropagationPolicy,
     ) -> Result<Deletion, kube::Error> {
-        let snapshot = self.catalog.snapshot().await?;
-        let Some((resource, _)) = snapshot.resolve_group_kind(&id.group, &id.kind) else {
-            // The kind is gone, and its objects with it.
+        let Some((resource, _)) = self.catalog.resolve_group_kind(&id.group, &id.kind).await?
+        else {
+            // The kind is gone, and its objects with it (discovery of a ready server).
             return Ok(Deletion::Absent);
         };
+        // A server still starting can read an existing custom object as missing.
+        check_ready(&self.client).await?;
         let api: Api<DynamicObject> = match &id.namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resource),
             None => Api::all_with(self.client.clone(), &resource),
@@ -893,6 +899,8 @@ impl Applier {
             .catalog
             .refresh_if_older(Duration::from_secs(30))
             .await?;
+        // A server still starting can list existing custom objects as none.
+        check_ready(&self.client).await?;
         let lists = futures::stream::iter(snapshot.sweepable())
             .map(|(resource, caps)| {
                 let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
@@ -909,11 +917,14 @@ impl Applier {
         for (resource, caps, listed) in lists {
             let list = match listed {
                 Ok(list) => list,
-                Err(e) => {
-                    // A kind the agent may not list is a kind it could not have applied.
-                    tracing::debug!(kind = %resource.kind, group = %resource.group, error = %e, "cannot list labelled objects");
+                // A kind the agent may not list is a kind it could not have applied; a kind no
+                // longer served has no objects left.
+                Err(kube::Error::Api(s)) if s.code == 403 || s.code == 404 => {
+                    tracing::debug!(kind = %resource.kind, group = %resource.group, code = s.code, error = %s.message, "cannot list labelled objects");
                     continue;
                 }
+                // Anything else leaves the list unknown, not empty.
+                Err(e) => return Err(e),
             };
             for object in list.items {
                 let Some(key) = object.metadata.labels.as_ref().and_then(key_of) else {

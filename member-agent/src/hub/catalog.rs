@@ -2,6 +2,11 @@
 //! (cached), the API enablements and Kubernetes version the heartbeat reports, and the
 //! resources a sweep lists. Refreshed every minute, and at once (rate-limited) when a kind
 //! is not found, since CRDs come and go.
+//!
+//! A kube-apiserver answers before it is ready: while it starts, its discovery can lack every
+//! CRD and a custom object can read as missing (kubernetes/kubernetes#104342). So discovery
+//! runs only after `/readyz` says ready, and whatever concludes that an object or a kind is gone
+//! checks readiness first ([`check_ready`]).
 
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -151,6 +156,7 @@ impl ApiCatalog {
         {
             return Ok(s);
         }
+        check_ready(&self.client).await?;
         let discovery = match Discovery::new(self.client.clone()).run_aggregated().await {
             Ok(d) => d,
             // An API server without aggregated discovery (before 1.26).
@@ -187,8 +193,134 @@ impl ApiCatalog {
         Ok(fresh.resolve(api_version, kind))
     }
 
+    /// The resource of a kind in a group (recommended version); a miss discovers again (at most
+    /// every few seconds) before it is believed.
+    pub async fn resolve_group_kind(
+        &self,
+        group: &str,
+        kind: &str,
+    ) -> Result<Option<(ApiResource, ApiCapabilities)>, kube::Error> {
+        let snapshot = self.snapshot().await?;
+        if let Some(found) = snapshot.resolve_group_kind(group, kind) {
+            return Ok(Some(found));
+        }
+        let fresh = self.refresh_if_older(MISS_REFRESH).await?;
+        Ok(fresh.resolve_group_kind(group, kind))
+    }
+
     /// Forget the cache after an apply found no such resource: the next lookup discovers.
     pub async fn invalidate(&self) {
         let _ = self.refresh_if_older(MISS_REFRESH).await;
+    }
+}
+
+/// Whether the member's kube-apiserver says it is ready (`/readyz`): `Ok` when it does, the
+/// failed checks as a 503 `Api` error when it does not. Readiness does not go back once reached
+/// (a server shutting down refuses connections or answers 429), so an answer read after this
+/// returned `Ok` comes from a server that had finished starting. Where `/readyz` is closed to
+/// the agent (it is open to everyone by default, `system:public-info-viewer`), readiness
+/// cannot be told and is assumed.
+pub async fn check_ready(client: &kube::Client) -> Result<(), kube::Error> {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    match client.request_text(request).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => {
+            tracing::debug!(
+                code = s.code,
+                "/readyz is closed to the agent: readiness assumed"
+            );
+            Ok(())
+        }
+        Err(kube::Error::Api(s)) => Err(kube::Error::Api(
+            kube::core::Status::failure(
+                &format!(
+                    "the member's kube-apiserver is not ready yet (/readyz {}): {}",
+                    s.code,
+                    failed_checks(&s.message)
+                ),
+                "ServiceUnavailable",
+            )
+            .with_code(503)
+            .boxed(),
+        )),
+        Err(e) => Err(e),
+    }
+}
+
+/// The checks a `/readyz` answer lists as failed (`[-]name failed: ...`), comma-separated, or
+/// the whole answer when it lists none.
+fn failed_checks(answer: &str) -> String {
+    let failed: Vec<&str> = answer
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("[-]"))
+        .map(|line| line.split_once(' ').map_or(line, |(name, _)| name))
+        .collect();
+    if failed.is_empty() {
+        answer.trim().to_string()
+    } else {
+        failed.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_readyz_answer_names_only_its_failed_checks() {
+        let answer = "[+]ping ok\n[+]etcd ok\n[-]poststarthook/crd-informer-synced failed: reason withheld\n\
+                      [-]poststarthook/apiservice-discovery-controller failed: reason withheld\n\
+                      readyz check failed";
+        assert_eq!(
+            failed_checks(answer),
+            "poststarthook/crd-informer-synced, poststarthook/apiservice-discovery-controller"
+        );
+        assert_eq!(failed_checks(" not ready \n"), "not ready");
+    }
+
+    #[tokio::test]
+    async fn only_a_ready_answer_or_a_closed_readyz_counts_as_ready() {
+        use lifeboat_runtime::mock::{ApiServer, Method};
+        let (client, mut server) = ApiServer::new();
+        let checks = tokio::spawn(async move {
+            let mut out = Vec::new();
+            for _ in 0..3 {
+                out.push(check_ready(&client).await);
+            }
+            out
+        });
+        server
+            .next()
+            .await
+            .expect(Method::GET, "/readyz")
+            .reply_text(
+                500,
+                "[+]ping ok\n[-]poststarthook/crd-informer-synced failed: reason withheld\nreadyz check failed\n",
+            );
+        server.next().await.expect(Method::GET, "/readyz").fail(
+            403,
+            "Forbidden",
+            "forbidden: User cannot get path /readyz",
+        );
+        server
+            .next()
+            .await
+            .expect(Method::GET, "/readyz")
+            .reply_text(200, "ok");
+        let out = checks.await.expect("joined");
+        match &out[0] {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 503);
+                assert_eq!(
+                    s.message,
+                    "the member's kube-apiserver is not ready yet (/readyz 500): poststarthook/crd-informer-synced"
+                );
+            }
+            other => panic!("not ready taken as {other:?}"),
+        }
+        assert!(out[1].is_ok(), "a closed /readyz: {:?}", out[1]);
+        assert!(out[2].is_ok(), "ready: {:?}", out[2]);
     }
 }
