@@ -6,12 +6,10 @@
 //! binary and the library, not at the image's first start.
 //!
 //! Which binaries: those in `lifeboat_bin_dir()`, the dev-profile ones that `make test` builds
-//! (`make lifeboat-bins`), or `LIFEBOAT_BIN_DIR` (`make image-check` points it at the release
-//! ones). The dev binaries stand for the release ones: same target, same linker, and no
-//! per-profile rustflags (the workspace has no `.cargo/config.toml`; Cargo.toml's profiles only
-//! set debuginfo and opt-level, which change no library a binary links). Symbol versions are
-//! not checked: they depend on the glibc of the machine that builds, and the image builds on
-//! rust:1.95-bookworm, whose glibc is the runtime's.
+//! for the e2e suites (`make lifeboat-bins`), or `LIFEBOAT_BIN_DIR`: `make image-check`, the last
+//! step of `make test`, builds the release ones as the Containerfile does and points it at
+//! them. Symbol versions are not checked: they depend on the glibc of the machine that builds,
+//! and the image builds on rust:1.95-bookworm, whose glibc is the runtime's.
 
 use std::path::Path;
 use std::process::Command;
