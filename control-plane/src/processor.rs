@@ -94,7 +94,9 @@ impl Tracked {
 }
 
 /// Identifies an observed object under one set of interpreters: equal fingerprints mean the
-/// same object (128 bits of SipHash over the whole JSON value) and the same scripts.
+/// same object (128 bits: two independently seeded foldhash walks over the whole JSON value)
+/// and the same scripts. Not a cryptographic digest: an agent that forged a collision would only
+/// keep its own cluster's item from being interpreted again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
     generation: u64,
@@ -104,11 +106,13 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// The fingerprint of `observed` under `interpreters`.
     pub fn of(observed: &serde_json::Value, interpreters: &Interpreters) -> Fingerprint {
-        // Two independently keyed hashers, shared by every thread of the process.
-        static KEYS: OnceLock<(std::hash::RandomState, std::hash::RandomState)> = OnceLock::new();
-        let (k1, k2) =
-            KEYS.get_or_init(|| (std::hash::RandomState::new(), std::hash::RandomState::new()));
-        let mut both = BothHashers(k1.build_hasher(), k2.build_hasher());
+        // Two independently seeded hashers, shared by every thread of the process.
+        static SEEDS: OnceLock<(
+            foldhash::quality::RandomState,
+            foldhash::quality::RandomState,
+        )> = OnceLock::new();
+        let (s1, s2) = SEEDS.get_or_init(Default::default);
+        let mut both = BothHashers(s1.build_hasher(), s2.build_hasher());
         observed.hash(&mut both);
         Fingerprint {
             generation: interpreters.generation(),
@@ -124,6 +128,21 @@ impl<H: Hasher> Hasher for BothHashers<H> {
     fn write(&mut self, bytes: &[u8]) {
         self.0.write(bytes);
         self.1.write(bytes);
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.0.write_u8(i);
+        self.1.write_u8(i);
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0.write_u64(i);
+        self.1.write_u64(i);
+    }
+
+    fn write_usize(&mut self, i: usize) {
+        self.0.write_usize(i);
+        self.1.write_usize(i);
     }
 
     fn finish(&self) -> u64 {
@@ -155,44 +174,65 @@ impl Interpreted {
     }
 }
 
-/// Fewest cache misses per thread worth a thread of its own.
+/// Fewest items per thread worth a thread of its own.
 const MIN_ITEMS_PER_THREAD: usize = 32;
 
+/// `one` of every element of `items`, in order, computed on up to `threads` threads (the calling
+/// one included). Pure CPU work over shared read-only input. The elements of a chunk whose
+/// thread panicked are `None` (the caller does them itself or goes without).
+fn map_in_parallel<T: Sync, R: Send>(
+    items: &[T],
+    threads: usize,
+    one: impl Fn(&T) -> Option<R> + Sync,
+) -> Vec<Option<R>> {
+    let threads = threads.min(items.len() / MIN_ITEMS_PER_THREAD).max(1);
+    if threads == 1 {
+        return items.iter().map(one).collect();
+    }
+    let chunk = items.len().div_ceil(threads);
+    let one = &one;
+    std::thread::scope(|scope| {
+        let mut chunks = items.chunks(chunk);
+        let first = chunks.next().unwrap_or_default();
+        let others: Vec<_> = chunks
+            .map(|c| {
+                (
+                    c.len(),
+                    scope.spawn(move || c.iter().map(one).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        let mut all: Vec<Option<R>> = first.iter().map(one).collect();
+        for (len, handle) in others {
+            match handle.join() {
+                Ok(results) => all.extend(results),
+                Err(_) => {
+                    tracing::error!("a status processing thread panicked");
+                    all.extend(std::iter::repeat_with(|| None).take(len));
+                }
+            }
+        }
+        all
+    })
+}
+
 /// Interprets the items of `batch` at `misses` (index and fingerprint, from
-/// [`StatusState::misses`]) on up to `threads` threads (the calling one included). Pure CPU
-/// work over shared read-only input: each item's result is its own, so the fold that follows
-/// keeps the batch's order whatever thread interpreted what.
+/// [`StatusState::misses`]) on up to `threads` threads (the calling one included). Each item's
+/// result is its own, so the fold that follows keeps the batch's order whatever thread
+/// interpreted what; an item missing here (its thread panicked) is interpreted by the fold.
 pub fn interpret_items(
     batch: &StatusBatch,
     misses: &[(usize, Fingerprint)],
     interpreters: &Interpreters,
     threads: usize,
 ) -> HashMap<usize, Interpreted> {
-    let one = |(i, print): &(usize, Fingerprint)| {
+    map_in_parallel(misses, threads, |(i, print)| {
         let observed = batch.report.items.get(*i)?.observed.as_ref()?;
         Some((*i, Interpreted::run(observed, *print, interpreters)))
-    };
-    let threads = threads.min(misses.len() / MIN_ITEMS_PER_THREAD).max(1);
-    if threads == 1 {
-        return misses.iter().filter_map(one).collect();
-    }
-    let chunk = misses.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let mut chunks = misses.chunks(chunk);
-        let first = chunks.next().unwrap_or_default();
-        let others: Vec<_> = chunks
-            .map(|c| scope.spawn(move || c.iter().filter_map(one).collect::<Vec<_>>()))
-            .collect();
-        let mut all: HashMap<usize, Interpreted> = first.iter().filter_map(one).collect();
-        for handle in others {
-            match handle.join() {
-                Ok(results) => all.extend(results),
-                // A panicking interpretation is not cached; the fold interprets the item itself.
-                Err(_) => tracing::error!("an interpreting thread panicked"),
-            }
-        }
-        all
     })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 /// Per-binding status as the processor knows it.
@@ -218,7 +258,7 @@ impl StatusState {
         interpreters: &Interpreters,
         now: &Time,
     ) -> Processed {
-        let prints = fingerprints(batch, interpreters);
+        let prints = fingerprints_on(batch, interpreters, interpret_threads());
         let misses = self.misses(batch, &prints);
         let fresh = interpret_items(batch, &misses, interpreters, interpret_threads());
         self.fold(batch, work, binding, interpreters, &prints, fresh, now)
@@ -482,16 +522,20 @@ pub fn check_assignment(
 
 /// The fingerprints of a batch's observed objects, by index (`None`: no object).
 pub fn fingerprints(batch: &StatusBatch, interpreters: &Interpreters) -> Vec<Option<Fingerprint>> {
-    batch
-        .report
-        .items
-        .iter()
-        .map(|r| {
-            r.observed
-                .as_ref()
-                .map(|o| Fingerprint::of(o, interpreters))
-        })
-        .collect()
+    fingerprints_on(batch, interpreters, 1)
+}
+
+/// [`fingerprints`] on up to `threads` threads.
+fn fingerprints_on(
+    batch: &StatusBatch,
+    interpreters: &Interpreters,
+    threads: usize,
+) -> Vec<Option<Fingerprint>> {
+    map_in_parallel(&batch.report.items, threads, |r| {
+        r.observed
+            .as_ref()
+            .map(|o| Fingerprint::of(o, interpreters))
+    })
 }
 
 /// How [`StatusState::take`] gets an item's interpretation.
@@ -627,7 +671,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
                 let now = Time(k8s_openapi::jiff::Timestamp::now());
                 let current = interpreters.current();
                 let batch = &submission.batch;
-                let prints = fingerprints(batch, &current);
+                let prints = fingerprints_on(batch, &current, threads);
                 let misses = thread_state
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
@@ -900,6 +944,31 @@ mod tests {
 
     fn at(second: i64) -> Time {
         Time(Timestamp::from_second(1_800_000_000 + second).unwrap())
+    }
+
+    #[test]
+    fn work_split_over_threads_comes_back_in_order_and_a_panicked_chunk_as_none() {
+        let items: Vec<u32> = (0..1000).collect();
+        let serial = map_in_parallel(&items, 1, |i| Some(i * 3));
+        for threads in [2, 3, 8] {
+            assert_eq!(map_in_parallel(&items, threads, |i| Some(i * 3)), serial);
+        }
+        // Too few items for a second thread: all on the calling one.
+        let few: Vec<u32> = (0..40).collect();
+        let caller = std::thread::current().id();
+        assert!(
+            map_in_parallel(&few, 2, |_| Some(std::thread::current().id()))
+                .iter()
+                .all(|t| *t == Some(caller))
+        );
+        // The second half's thread panics: its items are None, the first half is intact.
+        let out = map_in_parallel(&items, 2, |i| {
+            assert!(*i < 500, "a chunk's thread fails");
+            Some(*i)
+        });
+        assert_eq!(out.len(), 1000);
+        assert!(out[..500].iter().zip(0..).all(|(o, i)| *o == Some(i)));
+        assert!(out[500..].iter().all(Option::is_none));
     }
 
     fn key() -> WorkKey {
