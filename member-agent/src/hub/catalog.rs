@@ -215,21 +215,22 @@ impl ApiCatalog {
 }
 
 /// Whether the member's kube-apiserver says it is ready (`/readyz`): `Ok` when it does, the
-/// failed checks as a 503 `Api` error when it does not. Readiness does not go back once reached
-/// (a server shutting down refuses connections or answers 429), so an answer read after this
-/// returned `Ok` comes from a server that had finished starting. Where `/readyz` is closed to
-/// the agent (it is open to everyone by default, `system:public-info-viewer`), readiness
-/// cannot be told and is assumed.
+/// failed checks as a 503 `Api` error when it does not. A server becomes ready once per start,
+/// so a read made right after this returned `Ok` comes from a server that has finished starting
+/// (a restart in between would take far longer than the two requests). Where `/readyz` is
+/// closed to the agent (401/403; it is open to everyone by default, `system:public-info-viewer`)
+/// or not served (404, a proxy in front of the apiserver), readiness cannot be told and is
+/// assumed, as before this check existed.
 pub async fn check_ready(client: &kube::Client) -> Result<(), kube::Error> {
     let request = http::Request::get("/readyz")
         .body(Vec::new())
         .map_err(kube::Error::HttpError)?;
     match client.request_text(request).await {
         Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 401 || s.code == 403 => {
+        Err(kube::Error::Api(s)) if matches!(s.code, 401 | 403 | 404) => {
             tracing::debug!(
                 code = s.code,
-                "/readyz is closed to the agent: readiness assumed"
+                "/readyz is closed to the agent or not served: readiness assumed"
             );
             Ok(())
         }
@@ -281,12 +282,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn only_a_ready_answer_or_a_closed_readyz_counts_as_ready() {
+    async fn only_a_ready_answer_or_a_readyz_the_agent_cannot_read_counts_as_ready() {
         use lifeboat_runtime::mock::{ApiServer, Method};
         let (client, mut server) = ApiServer::new();
         let checks = tokio::spawn(async move {
             let mut out = Vec::new();
-            for _ in 0..3 {
+            for _ in 0..4 {
                 out.push(check_ready(&client).await);
             }
             out
@@ -308,6 +309,11 @@ mod tests {
             .next()
             .await
             .expect(Method::GET, "/readyz")
+            .reply_text(404, "404 page not found");
+        server
+            .next()
+            .await
+            .expect(Method::GET, "/readyz")
             .reply_text(200, "ok");
         let out = checks.await.expect("joined");
         match &out[0] {
@@ -321,6 +327,7 @@ mod tests {
             other => panic!("not ready taken as {other:?}"),
         }
         assert!(out[1].is_ok(), "a closed /readyz: {:?}", out[1]);
-        assert!(out[2].is_ok(), "ready: {:?}", out[2]);
+        assert!(out[2].is_ok(), "/readyz not served: {:?}", out[2]);
+        assert!(out[3].is_ok(), "ready: {:?}", out[3]);
     }
 }
