@@ -258,9 +258,10 @@ impl StatusState {
         interpreters: &Interpreters,
         now: &Time,
     ) -> Processed {
-        let prints = fingerprints_on(batch, interpreters, interpret_threads());
+        let threads = interpret_threads();
+        let prints = fingerprints_on(batch, interpreters, threads);
         let misses = self.misses(batch, &prints);
-        let fresh = interpret_items(batch, &misses, interpreters, interpret_threads());
+        let fresh = interpret_items(batch, &misses, interpreters, threads);
         self.fold(batch, work, binding, interpreters, &prints, fresh, now)
     }
 

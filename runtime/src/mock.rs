@@ -122,22 +122,24 @@ impl Call {
 
     /// Answers with `status` and a JSON body.
     pub fn reply(self, status: u16, body: Value) {
-        let response = Response::builder()
-            .status(status)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(Body::from(
-                serde_json::to_vec(&body).expect("serializable reply"),
-            ))
-            .expect("a valid response");
-        self.respond.send_response(response);
+        let body = serde_json::to_vec(&body).expect("serializable reply");
+        self.respond_with(status, "application/json", body);
     }
 
     /// Answers with `status` and a plain-text body (as `/readyz` and `/healthz` do).
     pub fn reply_text(self, status: u16, text: &str) {
+        self.respond_with(
+            status,
+            "text/plain; charset=utf-8",
+            text.as_bytes().to_vec(),
+        );
+    }
+
+    fn respond_with(self, status: u16, content_type: &str, body: Vec<u8>) {
         let response = Response::builder()
             .status(status)
-            .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
-            .body(Body::from(text.as_bytes().to_vec()))
+            .header(http::header::CONTENT_TYPE, content_type)
+            .body(Body::from(body))
             .expect("a valid response");
         self.respond.send_response(response);
     }

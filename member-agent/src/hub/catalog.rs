@@ -185,27 +185,28 @@ impl ApiCatalog {
         api_version: &str,
         kind: &str,
     ) -> Result<Option<(ApiResource, ApiCapabilities)>, kube::Error> {
-        let snapshot = self.snapshot().await?;
-        if let Some(found) = snapshot.resolve(api_version, kind) {
-            return Ok(Some(found));
-        }
-        let fresh = self.refresh_if_older(MISS_REFRESH).await?;
-        Ok(fresh.resolve(api_version, kind))
+        self.look_up(|s| s.resolve(api_version, kind)).await
     }
 
-    /// The resource of a kind in a group (recommended version); a miss discovers again (at most
-    /// every few seconds) before it is believed.
+    /// The resource of a kind in a group (recommended version); a miss discovers again like
+    /// [`ApiCatalog::resolve`].
     pub async fn resolve_group_kind(
         &self,
         group: &str,
         kind: &str,
     ) -> Result<Option<(ApiResource, ApiCapabilities)>, kube::Error> {
-        let snapshot = self.snapshot().await?;
-        if let Some(found) = snapshot.resolve_group_kind(group, kind) {
+        self.look_up(|s| s.resolve_group_kind(group, kind)).await
+    }
+
+    /// `find` in the cached snapshot, then, on a miss, in a fresh one (rate-limited).
+    async fn look_up(
+        &self,
+        find: impl Fn(&ApiSnapshot) -> Option<(ApiResource, ApiCapabilities)>,
+    ) -> Result<Option<(ApiResource, ApiCapabilities)>, kube::Error> {
+        if let Some(found) = find(self.snapshot().await?.as_ref()) {
             return Ok(Some(found));
         }
-        let fresh = self.refresh_if_older(MISS_REFRESH).await?;
-        Ok(fresh.resolve_group_kind(group, kind))
+        Ok(find(self.refresh_if_older(MISS_REFRESH).await?.as_ref()))
     }
 
     /// Forget the cache after an apply found no such resource: the next lookup discovers.
