@@ -39,6 +39,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::runtime::watcher;
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_e2e::fleet::Fleet;
+use lifeboat_e2e::process::cpu_seconds;
 use serde_json::json;
 use sim_agent::{
     BoxError, GPU_NODES, SETUP_TIMEOUT, appwrapper, appwrapper_resource, bootstrap,
@@ -135,18 +136,62 @@ fn scheduled(binding: &ResourceBinding) -> bool {
 struct RunFigures {
     creates_per_second: f64,
     bindings_per_second: f64,
+    /// CPU seconds of the hub's kube-apiserver per template over the run.
+    apiserver_cpu_per_template: f64,
     /// Bindings by the cluster each was placed on.
     placed: BTreeMap<String, usize>,
 }
 
+/// CPU seconds used so far by the fleet's processes, grouped: the hub's kube-apiserver, etcd,
+/// the hub's other control-plane processes, the members' processes, and this process (the hub,
+/// the agents and the creates).
+#[derive(Default, Clone, Copy)]
+struct CpuUse {
+    hub_apiserver: f64,
+    etcd: f64,
+    hub_others: f64,
+    members: f64,
+    this_process: f64,
+}
+
+impl CpuUse {
+    fn now(processes: &[(String, i32)]) -> CpuUse {
+        let mut cpu = CpuUse {
+            this_process: cpu_seconds(None).unwrap_or(0.0),
+            ..CpuUse::default()
+        };
+        for (name, pid) in processes {
+            let seconds = cpu_seconds(Some(*pid)).unwrap_or(0.0);
+            match name.as_str() {
+                "hub/kube-apiserver" => cpu.hub_apiserver += seconds,
+                "etcd" => cpu.etcd += seconds,
+                n if n.starts_with("hub/") => cpu.hub_others += seconds,
+                _ => cpu.members += seconds,
+            }
+        }
+        cpu
+    }
+
+    fn since(self, before: CpuUse) -> CpuUse {
+        CpuUse {
+            hub_apiserver: self.hub_apiserver - before.hub_apiserver,
+            etcd: self.etcd - before.etcd,
+            hub_others: self.hub_others - before.hub_others,
+            members: self.members - before.members,
+            this_process: self.this_process - before.this_process,
+        }
+    }
+}
+
 /// One run: a namespace, a policy, `templates` AppWrappers; timed from the first create to the
-/// last binding Scheduled=True.
+/// last binding Scheduled=True. `processes` are the fleet's, for the CPU each used in the run.
 async fn run_once(
     hub: &kube::Client,
     run: usize,
     templates: usize,
     clusters: &str,
     members: &[String],
+    processes: &[(String, i32)],
 ) -> Result<RunFigures, BoxError> {
     let namespace = format!("hub-e2e-{run}");
     support::ensure_namespace(hub, &namespace).await?;
@@ -240,6 +285,7 @@ async fn run_once(
             Ok(object)
         })
         .collect::<Result<Vec<_>, serde_json::Error>>()?;
+    let cpu_before = CpuUse::now(processes);
     let started = Instant::now();
     futures::stream::iter(objects)
         .map(|object| {
@@ -254,6 +300,7 @@ async fn run_once(
         .await
         .map_err(|_| format!("not every binding Scheduled within {SETUP_TIMEOUT:?}"))??
         .map_err(|e| -> BoxError { e.into() })?;
+    let cpu = CpuUse::now(processes).since(cpu_before);
     watch.abort();
     let seconds = finished.duration_since(started).as_secs_f64();
     let mut placed = BTreeMap::new();
@@ -263,6 +310,7 @@ async fn run_once(
     let figures = RunFigures {
         creates_per_second: templates as f64 / created,
         bindings_per_second: templates as f64 / seconds,
+        apiserver_cpu_per_template: cpu.hub_apiserver / templates as f64,
         placed,
     };
     println!(
@@ -270,6 +318,17 @@ async fn run_once(
         figures.creates_per_second,
         figures.bindings_per_second,
         lifeboat_e2e::load_average()
+    );
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "run {run}: CPU from the first create to the last Scheduled (and the moment it took to see it): hub kube-apiserver {:.2} s = {:.1} ms per template; this process (hub, agents, creates) {:.2} s; members' processes {:.2} s; etcd {:.2} s; the hub's other control-plane processes {:.2} s; {cores} cores x {seconds:.2} s = {:.2} s",
+        cpu.hub_apiserver,
+        1000.0 * figures.apiserver_cpu_per_template,
+        cpu.this_process,
+        cpu.members,
+        cpu.etcd,
+        cpu.hub_others,
+        cores as f64 * seconds
     );
     Ok(figures)
 }
@@ -318,7 +377,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
         // Idle: the clusters are Ready, the hub's first pass is done.
         tokio::time::sleep(Duration::from_secs(3)).await;
         let before = rss_kib();
-        run_once(&client, 0, args.templates, &shape, &members).await?;
+        run_once(&client, 0, args.templates, &shape, &members, &fleet.pids()).await?;
         until("every work item on its cluster's stream", || async {
             let n = upserts();
             if n as usize >= args.templates {
@@ -344,9 +403,18 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
 
     let mut bindings = Vec::new();
     let mut creates = Vec::new();
+    let mut apiserver_cpu = Vec::new();
     for run in 1..=args.runs {
         let before = upserts();
-        let figures = run_once(&client, run, args.templates, &shape, &members).await?;
+        let figures = run_once(
+            &client,
+            run,
+            args.templates,
+            &shape,
+            &members,
+            &fleet.pids(),
+        )
+        .await?;
         let on_members: BTreeMap<&String, usize> = members
             .iter()
             .filter_map(|m| figures.placed.get(m).map(|n| (m, *n)))
@@ -424,9 +492,11 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
         }
         bindings.push(figures.bindings_per_second);
         creates.push(figures.creates_per_second);
+        apiserver_cpu.push(figures.apiserver_cpu_per_template);
     }
     bindings.sort_by(|a, b| a.total_cmp(b));
     creates.sort_by(|a, b| a.total_cmp(b));
+    apiserver_cpu.sort_by(|a, b| a.total_cmp(b));
     let binder_runs = support::metric(&registry, "lifeboat_hub_binder_reconciles_total", &[]);
     println!(
         "templates to bindings Scheduled=True: median {:.0} bindings/s ({:.0} to {:.0}, {} runs of {} AppWrappers, {}); creates median {:.0}/s; target >= 200 bindings/s (Karmada about 22/s){}",
@@ -442,6 +512,15 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
         } else {
             String::new()
         }
+    );
+    // Every template costs the hub apiserver three writes (the create, the binding, its
+    // status): what it spends per template bounds the rate whatever the hub does.
+    let per_template = apiserver_cpu[apiserver_cpu.len() / 2];
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "hub kube-apiserver CPU per template: median {:.1} ms; with all {cores} cores to itself it could take at most {:.0} templates/s",
+        1000.0 * per_template,
+        cores as f64 / per_template.max(f64::EPSILON)
     );
     Ok(())
 }

@@ -29,6 +29,7 @@ use kube::runtime::watcher;
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
 use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
+use lifeboat_e2e::process::cpu_seconds;
 use lifeboat_e2e::{faults, load_average, process, wait};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -74,17 +75,6 @@ fn args() -> Args {
         a.window = v;
     }
     a
-}
-
-/// CPU seconds (user + system) a process has used so far.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.rsplit_once(')')?.1;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the command: state is field 3, utime 14, stime 15 (1-based in proc(5)).
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((utime + stime) / 100.0)
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -235,10 +225,10 @@ async fn bench(
     // Settle, then sample the agent over the window.
     tokio::time::sleep(Duration::from_secs(10)).await;
     if args.window > 0 {
-        let cpu0 = cpu_seconds(agent_pid).ok_or("agent gone")?;
+        let cpu0 = cpu_seconds(i32::try_from(agent_pid).ok()).ok_or("agent gone")?;
         let t0 = Instant::now();
         tokio::time::sleep(Duration::from_secs(args.window)).await;
-        let cpu1 = cpu_seconds(agent_pid).ok_or("agent gone")?;
+        let cpu1 = cpu_seconds(i32::try_from(agent_pid).ok()).ok_or("agent gone")?;
         let wall = t0.elapsed().as_secs_f64();
         let rss = process::rss_bytes(agent_pid as i32).unwrap_or(0) as f64 / 1048576.0;
         let hwm = process::peak_rss_bytes(agent_pid as i32).unwrap_or(0) as f64 / 1048576.0;
