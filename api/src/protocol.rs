@@ -271,7 +271,7 @@ pub struct WorkStatus {
     /// The object as it is in the member (metadata trimmed to what interpreters read), absent
     /// when it does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed: Option<serde_json::Value>,
+    pub observed: Option<ObservedObject>,
     /// When the agent observed it.
     pub observed_at: Time,
     /// The reset generation the agent last completed.
@@ -286,6 +286,39 @@ pub struct WorkStatus {
     /// binding UID, while it waits for it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gone: bool,
+}
+
+/// An observed object as JSON text. The wire format is the object itself; the text is kept as
+/// it came so that the hub parses it only when it interprets it (most reports repeat what the
+/// hub already interpreted, which it tells by hashing the text) and so that a batch of reports
+/// is a few allocations, not one per field.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ObservedObject(Box<serde_json::value::RawValue>);
+
+impl ObservedObject {
+    /// The JSON text of `value`.
+    pub fn from_value(value: &serde_json::Value) -> Result<ObservedObject, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(ObservedObject)
+    }
+
+    /// The JSON text, as it came.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The object parsed.
+    pub fn to_value(&self) -> Result<serde_json::Value, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+}
+
+/// Equal texts (a different spacing or key order of the same object is unequal: a cache that
+/// keys on the text then only misses).
+impl PartialEq for ObservedObject {
+    fn eq(&self, other: &ObservedObject) -> bool {
+        self.json() == other.json()
+    }
 }
 
 /// The hub's answer to a status report.
@@ -321,6 +354,32 @@ pub struct ErrorResponse {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_observed_object_is_the_object_on_the_wire() {
+        let object =
+            json!({"kind": "AppWrapper", "status": {"phase": "Running", "conditions": []}});
+        let observed = ObservedObject::from_value(&object).unwrap();
+        assert_eq!(observed.to_value().unwrap(), object);
+        // In a report, the field is the object itself, both ways.
+        let item = json!({
+            "key": {"namespace": "ml", "name": "train-appwrapper"}, "bindingUid": "u1",
+            "revision": 3, "applied": true, "observedAt": "2026-05-01T12:00:00Z",
+            "observed": object,
+        });
+        let status: WorkStatus = serde_json::from_value(item.clone()).unwrap();
+        assert_eq!(
+            status.observed.as_ref().unwrap().to_value().unwrap(),
+            object
+        );
+        assert_eq!(serde_json::to_value(&status).unwrap(), item);
+        let from_text: WorkStatus = serde_json::from_str(&item.to_string()).unwrap();
+        assert_eq!(from_text, status);
+        // Not an object: still JSON, kept as it came.
+        let text: ObservedObject = serde_json::from_str(" [1, 2] ").unwrap();
+        assert_eq!(text.json(), "[1, 2]");
+        assert!(serde_json::from_str::<ObservedObject>("{").is_err());
+    }
 
     #[test]
     fn work_events_are_tagged_lines() {

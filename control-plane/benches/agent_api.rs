@@ -29,8 +29,9 @@ use axum::body::Body;
 use http_body_util::BodyExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use lifeboat_api::protocol::{self, StatusReport, StatusResponse, WorkStatus};
+use lifeboat_api::protocol::{self, ObservedObject, StatusReport, StatusResponse, WorkStatus};
 use lifeboat_e2e::fleet::{Fleet, workspace_root};
+use lifeboat_e2e::process::cpu_seconds;
 use lifeboat_hub::intake;
 use lifeboat_hub::interpreters::{InterpreterHandle, Interpreters};
 use lifeboat_hub::leadership::LeaderState;
@@ -128,20 +129,20 @@ fn batch_template(
     let items = (0..BATCH)
         .map(|i| {
             let name = format!("w{}", batch * BATCH + i);
-            WorkStatus {
+            Ok(WorkStatus {
                 key: key(namespace, &name),
                 binding_uid: format!("uid-{name}"),
                 revision: 1,
                 applied: true,
                 applied_message: None,
-                observed: Some(observed(&name)),
+                observed: Some(ObservedObject::from_value(&observed(&name))?),
                 observed_at: Time(sentinel),
                 reset_generation: None,
                 fenced: false,
                 gone: false,
-            }
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, serde_json::Error>>()?;
     let body = serde_json::to_string(&StatusReport { items, full: false })?;
     Ok(body.split(SENTINEL).map(str::to_string).collect())
 }
@@ -200,21 +201,6 @@ async fn agent(
         outcome.last_round = round;
     }
     Ok(outcome)
-}
-
-/// CPU time of this process (client and server), from /proc (USER_HZ is 100 on Linux).
-fn cpu_seconds() -> f64 {
-    std::fs::read_to_string("/proc/self/stat")
-        .ok()
-        .and_then(|stat| {
-            // Fields after the command name (which is in parentheses and may contain spaces).
-            let rest = stat.rsplit_once(')')?.1;
-            let fields: Vec<&str> = rest.split_whitespace().collect();
-            let utime: f64 = fields.get(11)?.parse().ok()?;
-            let stime: f64 = fields.get(12)?.parse().ok()?;
-            Some((utime + stime) / 100.0)
-        })
-        .unwrap_or(0.0)
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -393,7 +379,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
         let seconds = if run == 0 { 2 } else { args.seconds };
         let before = taken();
         let events_before = pipeline.as_ref().map(Pipeline::ledger_events);
-        let cpu_before = cpu_seconds();
+        let cpu_before = cpu_seconds(None).unwrap_or(0.0);
         let started = Instant::now();
         let until = started + Duration::from_secs(seconds);
         let tasks: Vec<_> = agents
@@ -423,7 +409,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
             p.settle().await?;
         }
         let elapsed = started.elapsed().as_secs_f64();
-        let cpu = cpu_seconds() - cpu_before;
+        let cpu = cpu_seconds(None).unwrap_or(0.0) - cpu_before;
         let taken = taken() - before;
         if taken != items {
             return Err(

@@ -13,7 +13,7 @@
 //! a writer task that applies dirty bindings' status with server-side apply.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -22,7 +22,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use lifeboat_api::binding::{AggregatedStatusItem, ResourceBinding, ResourceHealth};
 use lifeboat_api::health::FailureClass;
-use lifeboat_api::protocol::{RejectedItem, StatusResponse, WorkKey, WorkStatus};
+use lifeboat_api::protocol::{ObservedObject, RejectedItem, StatusResponse, WorkKey, WorkStatus};
 use lifeboat_interpreter::HealthState;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -94,9 +94,9 @@ impl Tracked {
 }
 
 /// Identifies an observed object under one set of interpreters: equal fingerprints mean the
-/// same object (128 bits: two independently seeded foldhash walks over the whole JSON value)
-/// and the same scripts. Not a cryptographic digest: an agent that forged a collision would only
-/// keep its own cluster's item from being interpreted again.
+/// same object text (128 bits: two independently seeded foldhash hashes of the JSON text as the
+/// agent sent it) and the same scripts. Not a cryptographic digest: an agent that forged a
+/// collision would only keep its own cluster's item from being interpreted again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fingerprint {
     generation: u64,
@@ -105,48 +105,18 @@ pub struct Fingerprint {
 
 impl Fingerprint {
     /// The fingerprint of `observed` under `interpreters`.
-    pub fn of(observed: &serde_json::Value, interpreters: &Interpreters) -> Fingerprint {
+    pub fn of(observed: &ObservedObject, interpreters: &Interpreters) -> Fingerprint {
         // Two independently seeded hashers, shared by every thread of the process.
         static SEEDS: OnceLock<(
             foldhash::quality::RandomState,
             foldhash::quality::RandomState,
         )> = OnceLock::new();
         let (s1, s2) = SEEDS.get_or_init(Default::default);
-        let mut both = BothHashers(s1.build_hasher(), s2.build_hasher());
-        observed.hash(&mut both);
+        let text = observed.json().as_bytes();
         Fingerprint {
             generation: interpreters.generation(),
-            object: (u128::from(both.0.finish()) << 64) | u128::from(both.1.finish()),
+            object: (u128::from(s1.hash_one(text)) << 64) | u128::from(s2.hash_one(text)),
         }
-    }
-}
-
-/// Feeds one walk over a value to two hashers.
-struct BothHashers<H: Hasher>(H, H);
-
-impl<H: Hasher> Hasher for BothHashers<H> {
-    fn write(&mut self, bytes: &[u8]) {
-        self.0.write(bytes);
-        self.1.write(bytes);
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.0.write_u8(i);
-        self.1.write_u8(i);
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.0.write_u64(i);
-        self.1.write_u64(i);
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.0.write_usize(i);
-        self.1.write_usize(i);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0.finish() ^ self.1.finish()
     }
 }
 
@@ -160,12 +130,20 @@ pub struct Interpreted {
 
 impl Interpreted {
     /// Runs InterpretHealth and ReflectStatus on `observed` (whose fingerprint is `fingerprint`).
+    /// The object is parsed here, on the interpreting thread, and freed there.
     pub fn run(
-        observed: &serde_json::Value,
+        observed: &ObservedObject,
         fingerprint: Fingerprint,
         interpreters: &Interpreters,
     ) -> Interpreted {
-        let (verdict, reflected) = interpret(interpreters, observed);
+        let (verdict, reflected) = match observed.to_value() {
+            Ok(object) => interpret(interpreters, &object),
+            // The API took it as JSON, so this is not expected; the item says why if it happens.
+            Err(e) => (
+                HealthVerdict::Failed(format!("the observed object cannot be parsed: {e}")),
+                None,
+            ),
+        };
         Interpreted {
             fingerprint,
             verdict,
@@ -418,7 +396,7 @@ impl StatusState {
         };
         let update = status::next_item(
             tracked.items.get(cluster),
-            &Observation {
+            Observation {
                 cluster,
                 report,
                 verdict,
@@ -1025,7 +1003,7 @@ mod tests {
             revision: 1,
             applied: true,
             applied_message: None,
-            observed: Some(observed),
+            observed: Some(ObservedObject::from_value(&observed).unwrap()),
             observed_at: at(second),
             reset_generation: None,
             fenced: false,

@@ -55,10 +55,11 @@ pub struct ItemUpdate {
 /// 32 KiB; these are much shorter in practice and the binding carries one per cluster).
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 
-/// Folds one report into the cluster's item. `now` is the hub's clock.
+/// Folds one report into the cluster's item. `now` is the hub's clock. The reflected status
+/// moves into the item.
 pub fn next_item(
     previous: Option<&AggregatedStatusItem>,
-    observation: &Observation<'_>,
+    observation: Observation<'_>,
     now: &Time,
 ) -> ItemUpdate {
     let report = observation.report;
@@ -108,7 +109,6 @@ pub fn next_item(
         status: if report.applied {
             observation
                 .reflected
-                .clone()
                 .filter(|v| v.as_object().is_some_and(|o| !o.is_empty()))
         } else {
             None
@@ -356,7 +356,7 @@ pub fn condition(
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
-    use lifeboat_api::protocol::WorkKey;
+    use lifeboat_api::protocol::{ObservedObject, WorkKey};
     use serde_json::{Value, json};
 
     fn at(second: i64) -> Time {
@@ -373,7 +373,9 @@ mod tests {
             revision: 3,
             applied,
             applied_message: None,
-            observed: observed.then(|| json!({"status": {"phase": "Running"}})),
+            observed: observed.then(|| {
+                ObservedObject::from_value(&json!({"status": {"phase": "Running"}})).unwrap()
+            }),
             observed_at: at(0),
             reset_generation: None,
             fenced: false,
@@ -397,7 +399,7 @@ mod tests {
         let r = report(true, true);
         next_item(
             prev,
-            &Observation {
+            Observation {
                 cluster: "m1",
                 report: &r,
                 verdict,
@@ -461,7 +463,7 @@ mod tests {
         let r = report(false, false);
         let unapplied = next_item(
             Some(&healthy.item),
-            &Observation {
+            Observation {
                 cluster: "m1",
                 report: &r,
                 verdict: HealthVerdict::NoRule,
@@ -474,7 +476,7 @@ mod tests {
         let r = report(true, false);
         let gone = next_item(
             None,
-            &Observation {
+            Observation {
                 cluster: "m1",
                 report: &r,
                 verdict: HealthVerdict::NoRule,
@@ -492,7 +494,7 @@ mod tests {
         let observe = |reflected| {
             next_item(
                 None,
-                &Observation {
+                Observation {
                     cluster: "m1",
                     report: &r,
                     verdict: HealthVerdict::NoRule,
@@ -516,7 +518,7 @@ mod tests {
             r.reset_generation = generation;
             next_item(
                 prev,
-                &Observation {
+                Observation {
                     cluster: "m1",
                     report: &r,
                     verdict: judged(ResourceHealth::Healthy, None),

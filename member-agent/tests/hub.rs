@@ -733,7 +733,12 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
     wait_for("the Deployment's status at the hub", || {
         hub.log(|l| {
             let s = l.latest.get(&deployment.key).ok_or("no report")?;
-            let observed = s.observed.as_ref().ok_or("not observed")?;
+            let observed = s
+                .observed
+                .as_ref()
+                .ok_or("not observed")?
+                .to_value()
+                .map_err(|e| e.to_string())?;
             if !s.applied || observed["status"]["readyReplicas"] != json!(1) {
                 return Err(format!(
                     "applied {}, status {}",
@@ -758,6 +763,7 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
             let phase = s
                 .observed
                 .as_ref()
+                .and_then(|o| o.to_value().ok())
                 .map(|o| o["status"]["phase"].clone())
                 .unwrap_or_default();
             if phase == json!("Running") {
@@ -770,7 +776,11 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
     .await?;
     hub.log(|l| -> Result<(), TestError> {
         let s = l.latest.get(&config_map.key).ok_or("no ConfigMap report")?;
-        let observed = s.observed.as_ref().ok_or("ConfigMap not observed")?;
+        let observed = s
+            .observed
+            .as_ref()
+            .ok_or("ConfigMap not observed")?
+            .to_value()?;
         assert!(observed.get("data").is_none(), "{observed}");
         assert_eq!(observed["metadata"]["name"], "settings");
         Ok(())

@@ -28,7 +28,8 @@ use lifeboat_api::cluster::{
     ResourceSummary,
 };
 use lifeboat_api::protocol::{
-    self, Inventory, RegisterResponse, StatusReport, StatusResponse, WorkEvent, WorkKey, WorkStatus,
+    self, Inventory, ObservedObject, RegisterResponse, StatusReport, StatusResponse, WorkEvent,
+    WorkKey, WorkStatus,
 };
 use lifeboat_e2e::fleet::{Fleet, workspace_root};
 use lifeboat_hub::agentapi::AgentApiConfig;
@@ -252,7 +253,7 @@ impl SimulatedAgent {
             revision: work.revision,
             applied: true,
             applied_message: None,
-            observed: Some(observed_appwrapper(key, failure)),
+            observed: ObservedObject::from_value(&observed_appwrapper(key, failure)).ok(),
             observed_at: Time(k8s_openapi::jiff::Timestamp::now()),
             reset_generation: None,
             fenced: false,

@@ -193,7 +193,7 @@ pub(super) async fn status(
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
-    use lifeboat_api::protocol::Work;
+    use lifeboat_api::protocol::{ObservedObject, Work};
     use serde_json::json;
 
     fn key(name: &str) -> WorkKey {
@@ -210,7 +210,7 @@ mod tests {
             revision: 1,
             applied: true,
             applied_message: None,
-            observed: Some(json!({"status": {}})),
+            observed: Some(ObservedObject::from_value(&json!({"status": {}})).unwrap()),
             observed_at: Time(Timestamp::from_second(1_780_000_000 + second).unwrap()),
             reset_generation: None,
             fenced: false,

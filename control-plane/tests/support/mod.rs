@@ -391,7 +391,10 @@ pub fn status_item(namespace: &str, name: &str, second: i64) -> WorkStatus {
         revision: 1,
         applied: true,
         applied_message: None,
-        observed: Some(json!({"status": {"succeeded": 0, "active": 1}})),
+        observed: lifeboat_api::protocol::ObservedObject::from_value(
+            &json!({"status": {"succeeded": 0, "active": 1}}),
+        )
+        .ok(),
         observed_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::from_second(1_780_000_000 + second)
                 .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use lifeboat_api::protocol::{StatusReport, WorkKey, WorkStatus};
+use lifeboat_api::protocol::{ObservedObject, StatusReport, WorkKey, WorkStatus};
 use serde_json::{Map, Value};
 
 use super::reset;
@@ -377,12 +377,12 @@ impl StatusBook {
                 continue;
             };
             entry.last_sent = Some(now_second);
-            let observed = entry
+            let object = entry
                 .target
                 .as_ref()
                 .and_then(|t| self.objects.get(t))
                 .filter(|(owner, _)| *owner == key)
-                .map(|(_, v)| v.clone());
+                .map(|(_, v)| v);
             items.push(WorkStatus {
                 key,
                 binding_uid: entry.binding_uid.clone(),
@@ -391,8 +391,9 @@ impl StatusBook {
                 applied_message: entry.applied_message.clone(),
                 // The generation the reported object was re-created for: the report says so
                 // of the very object it carries (a stale one says its own).
-                reset_generation: observed.as_ref().and_then(reset::reported_generation),
-                observed,
+                reset_generation: object.and_then(reset::reported_generation),
+                // (A JSON value always has a JSON text.)
+                observed: object.and_then(|v| ObservedObject::from_value(v).ok()),
                 observed_at: observed_at.clone(),
                 fenced: false,
                 gone: false,
@@ -441,6 +442,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The observed object of a report, parsed.
+    fn parsed(item: &WorkStatus) -> Option<Value> {
+        item.observed.as_ref().map(|o| o.to_value().unwrap())
+    }
+
     fn key(name: &str) -> WorkKey {
         WorkKey {
             namespace: "ml".into(),
@@ -482,7 +488,7 @@ mod tests {
         assert!(item.applied && !batch.report.full);
         assert_eq!(item.revision, 1);
         assert_eq!(item.binding_uid, "uid-a");
-        assert_eq!(item.observed, Some(json!({"status": {"readyReplicas": 0}})));
+        assert_eq!(parsed(item), Some(json!({"status": {"readyReplicas": 0}})));
         assert_eq!(item.observed_at.0.as_second(), 100);
         assert_eq!(book.take(100, 500), None, "nothing changed");
     }
@@ -500,7 +506,7 @@ mod tests {
         let batch = book.take(101, 500).expect("next second");
         assert_eq!(batch.report.items.len(), 1);
         assert_eq!(
-            batch.report.items[0].observed,
+            parsed(&batch.report.items[0]),
             Some(json!({"status": {"readyReplicas": 2}}))
         );
         assert_eq!(batch.report.items[0].observed_at.0.as_second(), 101);
@@ -525,7 +531,7 @@ mod tests {
         let again = book.take(101, 500).expect("resent");
         assert_eq!(names(&again), ["a", "b"]);
         assert_eq!(
-            again.report.items[0].observed,
+            parsed(&again.report.items[0]),
             Some(json!({"status": {"readyReplicas": 5}}))
         );
     }
