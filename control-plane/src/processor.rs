@@ -54,6 +54,9 @@ pub struct Processed {
     /// Bindings whose items changed.
     pub dirty: Vec<WorkKey>,
     pub transitions: Vec<HealthTransition>,
+    /// The statuses the batch replaced (items and cached interpretations), for the caller to
+    /// free off its critical path ([`free_in_parallel`]).
+    pub displaced: Vec<serde_json::Value>,
 }
 
 #[derive(Debug, Default)]
@@ -75,6 +78,7 @@ impl Tracked {
         report: &WorkStatus,
         update: status::ItemUpdate,
         now: &Time,
+        displaced: &mut Vec<serde_json::Value>,
     ) -> Option<Option<HealthTransition>> {
         self.last_report
             .insert(cluster.to_string(), report.observed_at.clone());
@@ -88,7 +92,9 @@ impl Tracked {
             at: now.clone(),
         });
         let changed = update.changed;
-        self.items.insert(cluster.to_string(), update.item);
+        if let Some(old) = self.items.insert(cluster.to_string(), update.item) {
+            displaced.extend(old.status);
+        }
         changed.then_some(transition)
     }
 }
@@ -152,6 +158,24 @@ impl Interpreted {
     }
 }
 
+/// A fresh interpretation and a second copy of its reflected status for the cluster's item,
+/// made on the interpreting thread: the fold, on one thread, then only moves values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fresh {
+    interpreted: Interpreted,
+    item_status: Option<serde_json::Value>,
+}
+
+impl Fresh {
+    fn new(interpreted: Interpreted) -> Fresh {
+        let item_status = interpreted.reflected.clone();
+        Fresh {
+            interpreted,
+            item_status,
+        }
+    }
+}
+
 /// Fewest items per thread worth a thread of its own.
 const MIN_ITEMS_PER_THREAD: usize = 32;
 
@@ -194,6 +218,26 @@ fn map_in_parallel<T: Sync, R: Send>(
     })
 }
 
+/// Frees `values` on up to `threads` threads (the calling one included): a status is a tree of
+/// small allocations, and a batch replaces hundreds of them.
+pub fn free_in_parallel<T: Send>(mut values: Vec<T>, threads: usize) {
+    let threads = threads.min(values.len() / MIN_ITEMS_PER_THREAD).max(1);
+    if threads == 1 {
+        return;
+    }
+    let chunk = values.len().div_ceil(threads);
+    let mut parts = Vec::with_capacity(threads - 1);
+    while values.len() > chunk {
+        parts.push(values.split_off(values.len() - chunk));
+    }
+    std::thread::scope(|scope| {
+        for part in parts {
+            scope.spawn(move || drop(part));
+        }
+        drop(values);
+    });
+}
+
 /// Interprets the items of `batch` at `misses` (index and fingerprint, from
 /// [`StatusState::misses`]) on up to `threads` threads (the calling one included). Each item's
 /// result is its own, so the fold that follows keeps the batch's order whatever thread
@@ -203,10 +247,13 @@ pub fn interpret_items(
     misses: &[(usize, Fingerprint)],
     interpreters: &Interpreters,
     threads: usize,
-) -> HashMap<usize, Interpreted> {
+) -> HashMap<usize, Fresh> {
     map_in_parallel(misses, threads, |(i, print)| {
         let observed = batch.report.items.get(*i)?.observed.as_ref()?;
-        Some((*i, Interpreted::run(observed, *print, interpreters)))
+        Some((
+            *i,
+            Fresh::new(Interpreted::run(observed, *print, interpreters)),
+        ))
     })
     .into_iter()
     .flatten()
@@ -282,7 +329,7 @@ impl StatusState {
         binding: impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
         interpreters: &Interpreters,
         prints: &[Option<Fingerprint>],
-        mut fresh: HashMap<usize, Interpreted>,
+        mut fresh: HashMap<usize, Fresh>,
         now: &Time,
     ) -> Processed {
         let mut processed = Processed::default();
@@ -293,7 +340,15 @@ impl StatusState {
                 fresh: fresh.remove(&i),
                 interpreters,
             };
-            match self.take(&batch.cluster, report, work, &binding, interpretation, now) {
+            match self.take(
+                &batch.cluster,
+                report,
+                work,
+                &binding,
+                interpretation,
+                now,
+                &mut processed.displaced,
+            ) {
                 Ok(update) => {
                     processed.response.accepted += 1;
                     if let Some(transition) = update {
@@ -315,8 +370,8 @@ impl StatusState {
     }
 
     /// `Ok(None)`: taken, nothing changed; `Ok(Some(t))`: changed, with a health transition
-    /// if any; `Err(why)`: refused.
-    #[allow(clippy::type_complexity)]
+    /// if any; `Err(why)`: refused. What it replaces goes to `displaced`.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
     fn take(
         &mut self,
         cluster: &str,
@@ -325,6 +380,7 @@ impl StatusState {
         binding: &impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
         interpretation: Interpretation<'_>,
         now: &Time,
+        displaced: &mut Vec<serde_json::Value>,
     ) -> Result<Option<Option<HealthTransition>>, String> {
         check_assignment(cluster, report, work)?;
         if self
@@ -366,7 +422,7 @@ impl StatusState {
         if report.gone {
             tracked.interpreted.remove(cluster);
             let update = status::gone_item(tracked.items.get(cluster), cluster, now);
-            return Ok(tracked.record(cluster, report, update, now));
+            return Ok(tracked.record(cluster, report, update, now, displaced));
         }
         let (verdict, reflected) = match &report.observed {
             Some(observed) => {
@@ -379,13 +435,20 @@ impl StatusState {
                         (cached.verdict.clone(), cached.reflected.clone())
                     }
                     _ => {
-                        let interpreted = interpretation
+                        let fresh = interpretation
                             .fresh
-                            .filter(|f| f.fingerprint == print)
-                            .unwrap_or_else(|| Interpreted::run(observed, print, interpreters));
-                        let result = (interpreted.verdict.clone(), interpreted.reflected.clone());
-                        tracked.interpreted.insert(cluster.to_string(), interpreted);
-                        result
+                            .filter(|f| f.interpreted.fingerprint == print)
+                            .unwrap_or_else(|| {
+                                Fresh::new(Interpreted::run(observed, print, interpreters))
+                            });
+                        let verdict = fresh.interpreted.verdict.clone();
+                        if let Some(old) = tracked
+                            .interpreted
+                            .insert(cluster.to_string(), fresh.interpreted)
+                        {
+                            displaced.extend(old.reflected);
+                        }
+                        (verdict, fresh.item_status)
                     }
                 }
             }
@@ -404,7 +467,7 @@ impl StatusState {
             },
             now,
         );
-        Ok(tracked.record(cluster, report, update, now))
+        Ok(tracked.record(cluster, report, update, now, displaced))
     }
 
     /// The items of a binding, by cluster name.
@@ -520,7 +583,7 @@ fn fingerprints_on(
 /// How [`StatusState::take`] gets an item's interpretation.
 struct Interpretation<'a> {
     print: Option<Fingerprint>,
-    fresh: Option<Interpreted>,
+    fresh: Option<Fresh>,
     interpreters: &'a Interpreters,
 }
 
@@ -657,7 +720,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
                     .misses(batch, &prints);
                 // The Lua work, outside the lock (the status writer reads the state meanwhile).
                 let fresh = interpret_items(batch, &misses, &current, threads);
-                let processed = thread_state.lock().unwrap_or_else(|e| e.into_inner()).fold(
+                let mut processed = thread_state.lock().unwrap_or_else(|e| e.into_inner()).fold(
                     batch,
                     &work,
                     |key| bindings.get(&ObjectRef::new(&key.name).within(&key.namespace)),
@@ -695,6 +758,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
                     let _ = tx.send(batch.cluster.clone());
                 }
                 let _ = submission.reply.send(processed.response);
+                free_in_parallel(std::mem::take(&mut processed.displaced), threads);
             }
         });
     if let Err(e) = spawned {
@@ -923,6 +987,26 @@ mod tests {
 
     fn at(second: i64) -> Time {
         Time(Timestamp::from_second(1_800_000_000 + second).unwrap())
+    }
+
+    #[test]
+    fn values_freed_in_parallel_are_all_freed_by_the_time_it_returns() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        struct Counted<'a>(&'a AtomicUsize);
+        impl Drop for Counted<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        for (n, threads) in [(0, 2), (10, 2), (1000, 1), (1000, 2), (1001, 3), (5000, 8)] {
+            let freed = AtomicUsize::new(0);
+            free_in_parallel((0..n).map(|_| Counted(&freed)).collect(), threads);
+            assert_eq!(
+                freed.load(Ordering::SeqCst),
+                n,
+                "{n} values on {threads} threads"
+            );
+        }
     }
 
     #[test]
@@ -1334,6 +1418,10 @@ mod tests {
         let item = &state.items(&key())[0];
         assert_eq!(item.health, ResourceHealth::Unhealthy);
         assert_eq!(item.status.as_ref().unwrap()["phase"], "Failed");
+        // what it replaced goes back to the caller to free: the item's old status and the old
+        // interpretation's reflected status, both the Running one
+        assert_eq!(p.displaced.len(), 2);
+        assert!(p.displaced.iter().all(|v| v["phase"] == "Running"));
         // and back to the first object: interpreted again (the cache holds the last one only)
         let back = batch("m1", vec![report(4, appwrapper("Running", None))]);
         assert_eq!(misses(&state, &back, &interp), 1);
@@ -1444,8 +1532,12 @@ mod tests {
         assert_eq!(one.len(), 100);
         assert_eq!(one, three);
         assert!(
+            one.values()
+                .all(|f| f.item_status == f.interpreted.reflected)
+        );
+        assert!(
             matches!(
-                &one[&3].verdict,
+                &one[&3].interpreted.verdict,
                 HealthVerdict::Judged {
                     health: ResourceHealth::Unhealthy,
                     class: Some(FailureClass::Capacity),
@@ -1453,10 +1545,10 @@ mod tests {
                 }
             ),
             "{:?}",
-            one[&3].verdict
+            one[&3].interpreted.verdict
         );
         assert!(matches!(
-            &one[&2].verdict,
+            &one[&2].interpreted.verdict,
             HealthVerdict::Judged {
                 health: ResourceHealth::Healthy,
                 ..

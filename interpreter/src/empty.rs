@@ -31,13 +31,35 @@ pub fn repair_empty_tables(result: Value, object_expected: bool, references: &[&
         );
     }
     let mut result = result;
-    repair(
-        &mut result,
-        &mut String::new(),
-        &empty_lists,
-        &empty_objects,
-    );
+    if empty_lists.is_empty() && empty_objects.is_empty() {
+        // No reference says keep or make an object anywhere: every nested `[]` goes, and no
+        // path needs to be built to tell.
+        delete_nested_empty_lists(&mut result);
+    } else {
+        repair(
+            &mut result,
+            &mut String::new(),
+            &empty_lists,
+            &empty_objects,
+        );
+    }
     result
+}
+
+/// [`repair`] when every decision is [`Fix::Delete`].
+fn delete_nested_empty_lists(value: &mut Value) {
+    let is_empty_list = |v: &Value| matches!(v, Value::Array(items) if items.is_empty());
+    match value {
+        Value::Object(map) => {
+            map.retain(|_, child| !is_empty_list(child));
+            map.values_mut().for_each(delete_nested_empty_lists);
+        }
+        Value::Array(items) => {
+            items.retain(|child| !is_empty_list(child));
+            items.iter_mut().for_each(delete_nested_empty_lists);
+        }
+        _ => {}
+    }
 }
 
 fn child_path(path: &str, key: &str) -> String {
@@ -175,6 +197,28 @@ mod tests {
             repair_empty_tables(result, true, &[]),
             json!({"status": {"replicas": 2}, "list": [1]})
         );
+    }
+
+    #[test]
+    fn without_references_the_short_path_repairs_as_the_general_one() {
+        let cases = [
+            json!({"status": {"conditions": [], "replicas": 2}, "list": [[], 1]}),
+            json!({"a": [[[]], {"b": []}, []], "c": {"d": {"e": []}}, "f": "x"}),
+            json!([[], {"x": []}, [[], 2]]),
+            json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+        ];
+        for case in cases {
+            let mut general = case.clone();
+            repair(
+                &mut general,
+                &mut String::new(),
+                &HashSet::new(),
+                &HashSet::new(),
+            );
+            let mut short = case.clone();
+            delete_nested_empty_lists(&mut short);
+            assert_eq!(short, general, "{case}");
+        }
     }
 
     #[test]
