@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use lifeboat_agent::agent::{self, AgentOptions};
 use lifeboat_agent::config::OperatorConfig;
 use lifeboat_agent::hub::{HubOptions, HubTiming, SecretRef};
-use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase};
+use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase, AppWrapperTransition};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::{Fleet, wait};
 use serde_json::{Value, json};
@@ -261,6 +261,25 @@ pub async fn until_phase(
         phase(aw) == phase_
     })
     .await
+}
+
+/// Waits until the AppWrapper has entered `phase_`, even if it has left it again by the time it
+/// is read (a Resetting with a 1 s pause and nothing to delete is easily missed between two
+/// reads of a loaded apiserver); returns the last transition into that phase.
+pub async fn until_entered(
+    api: &Api<AppWrapper>,
+    name: &str,
+    phase_: AppWrapperPhase,
+) -> Result<AppWrapperTransition, TestError> {
+    let aw = until(api, name, &format!("{name} entered {phase_}"), T, |aw| {
+        aw.status
+            .as_ref()
+            .is_some_and(|s| s.transitions.iter().any(|t| t.phase == phase_))
+    })
+    .await?;
+    aw.status
+        .and_then(|s| s.transitions.into_iter().rev().find(|t| t.phase == phase_))
+        .ok_or_else(|| format!("{name}: no transition into {phase_}").into())
 }
 
 /// Running with PodsReady True.
