@@ -264,7 +264,7 @@ async fn job_retries_then_fails(ctx: Arc<TestContext>) -> TestResult {
         vec![job("retries", "sleep 1; exit 1", 1, 1)],
     )?;
     let api = create(&ctx, M1, &aw).await?;
-    until_phase(&api, "retries", Phase::Resetting).await?;
+    until_entered(&api, "retries", Phase::Resetting).await?;
     let failed = until_phase(&api, "retries", Phase::Failed).await?;
     let status = failed.status.clone().unwrap_or_default();
     assert_eq!(status.retries, 2);
@@ -948,7 +948,7 @@ async fn autopilot_migration(ctx: Arc<TestContext>) -> TestResult {
     let client = ctx.client(M2).await?;
     faults::set_gpu_health(&client, &first, "EVICT").await?;
     let result = async {
-        until_phase(&api, "migrant", Phase::Resetting).await?;
+        until_entered(&api, "migrant", Phase::Resetting).await?;
         let aw = until(&api, "migrant", "running again elsewhere", T, |aw| {
             phase(aw) == Phase::Running
                 && aw.status.as_ref().is_some_and(|s| {
