@@ -379,7 +379,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
         let seconds = if run == 0 { 2 } else { args.seconds };
         let before = taken();
         let events_before = pipeline.as_ref().map(Pipeline::ledger_events);
-        let cpu_before = cpu_seconds(None).unwrap_or(0.0);
+        let cpu_before = cpu_seconds(std::process::id() as i32).unwrap_or(0.0);
         let started = Instant::now();
         let until = started + Duration::from_secs(seconds);
         let tasks: Vec<_> = agents
@@ -409,7 +409,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), Box<dyn std::error::Err
             p.settle().await?;
         }
         let elapsed = started.elapsed().as_secs_f64();
-        let cpu = cpu_seconds(None).unwrap_or(0.0) - cpu_before;
+        let cpu = cpu_seconds(std::process::id() as i32).unwrap_or(0.0) - cpu_before;
         let taken = taken() - before;
         if taken != items {
             return Err(

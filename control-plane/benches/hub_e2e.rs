@@ -114,15 +114,7 @@ fn args() -> Result<Args, String> {
 
 /// The process's resident set (VmRSS), in KiB.
 fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    lifeboat_e2e::process::rss_bytes(std::process::id() as i32).unwrap_or(0) / 1024
 }
 
 fn scheduled(binding: &ResourceBinding) -> bool {
@@ -157,11 +149,11 @@ struct CpuUse {
 impl CpuUse {
     fn now(processes: &[(String, i32)]) -> CpuUse {
         let mut cpu = CpuUse {
-            this_process: cpu_seconds(None).unwrap_or(0.0),
+            this_process: cpu_seconds(std::process::id() as i32).unwrap_or(0.0),
             ..CpuUse::default()
         };
         for (name, pid) in processes {
-            let seconds = cpu_seconds(Some(*pid)).unwrap_or(0.0);
+            let seconds = cpu_seconds(*pid).unwrap_or(0.0);
             match name.as_str() {
                 "hub/kube-apiserver" => cpu.hub_apiserver += seconds,
                 "etcd" => cpu.etcd += seconds,

@@ -179,6 +179,11 @@ impl Fresh {
 /// Fewest items per thread worth a thread of its own.
 const MIN_ITEMS_PER_THREAD: usize = 32;
 
+/// How many of up to `threads` threads `items` items are worth.
+fn threads_for(items: usize, threads: usize) -> usize {
+    threads.min(items / MIN_ITEMS_PER_THREAD).max(1)
+}
+
 /// `one` of every element of `items`, in order, computed on up to `threads` threads (the calling
 /// one included). Pure CPU work over shared read-only input. The elements of a chunk whose
 /// thread panicked are `None` (the caller does them itself or goes without).
@@ -187,7 +192,7 @@ fn map_in_parallel<T: Sync, R: Send>(
     threads: usize,
     one: impl Fn(&T) -> Option<R> + Sync,
 ) -> Vec<Option<R>> {
-    let threads = threads.min(items.len() / MIN_ITEMS_PER_THREAD).max(1);
+    let threads = threads_for(items.len(), threads);
     if threads == 1 {
         return items.iter().map(one).collect();
     }
@@ -221,7 +226,7 @@ fn map_in_parallel<T: Sync, R: Send>(
 /// Frees `values` on up to `threads` threads (the calling one included): a status is a tree of
 /// small allocations, and a batch replaces hundreds of them.
 pub fn free_in_parallel<T: Send>(mut values: Vec<T>, threads: usize) {
-    let threads = threads.min(values.len() / MIN_ITEMS_PER_THREAD).max(1);
+    let threads = threads_for(values.len(), threads);
     if threads == 1 {
         return;
     }
@@ -283,10 +288,9 @@ impl StatusState {
         interpreters: &Interpreters,
         now: &Time,
     ) -> Processed {
-        let threads = interpret_threads();
-        let prints = fingerprints_on(batch, interpreters, threads);
+        let prints = fingerprints(batch, interpreters);
         let misses = self.misses(batch, &prints);
-        let fresh = interpret_items(batch, &misses, interpreters, threads);
+        let fresh = interpret_items(batch, &misses, interpreters, interpret_threads());
         self.fold(batch, work, binding, interpreters, &prints, fresh, now)
     }
 
@@ -562,22 +566,19 @@ pub fn check_assignment(
     Ok(())
 }
 
-/// The fingerprints of a batch's observed objects, by index (`None`: no object).
+/// The fingerprints of a batch's observed objects, by index (`None`: no object). One thread:
+/// hashing the objects' text costs less than starting another.
 pub fn fingerprints(batch: &StatusBatch, interpreters: &Interpreters) -> Vec<Option<Fingerprint>> {
-    fingerprints_on(batch, interpreters, 1)
-}
-
-/// [`fingerprints`] on up to `threads` threads.
-fn fingerprints_on(
-    batch: &StatusBatch,
-    interpreters: &Interpreters,
-    threads: usize,
-) -> Vec<Option<Fingerprint>> {
-    map_in_parallel(&batch.report.items, threads, |r| {
-        r.observed
-            .as_ref()
-            .map(|o| Fingerprint::of(o, interpreters))
-    })
+    batch
+        .report
+        .items
+        .iter()
+        .map(|r| {
+            r.observed
+                .as_ref()
+                .map(|o| Fingerprint::of(o, interpreters))
+        })
+        .collect()
 }
 
 /// How [`StatusState::take`] gets an item's interpretation.
@@ -713,7 +714,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
                 let now = Time(k8s_openapi::jiff::Timestamp::now());
                 let current = interpreters.current();
                 let batch = &submission.batch;
-                let prints = fingerprints_on(batch, &current, threads);
+                let prints = fingerprints(batch, &current);
                 let misses = thread_state
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())

@@ -207,14 +207,10 @@ pub fn rss_bytes(pid: i32) -> Option<u64> {
         .map(|kb| kb * 1024)
 }
 
-/// CPU seconds (user and system) a process has used so far, from `/proc/<pid>/stat`
-/// (`None` for this process); `None` once the process is gone. USER_HZ is 100 on Linux.
-pub fn cpu_seconds(pid: Option<i32>) -> Option<f64> {
-    let path = match pid {
-        Some(pid) => format!("/proc/{pid}/stat"),
-        None => "/proc/self/stat".to_string(),
-    };
-    let stat = std::fs::read_to_string(path).ok()?;
+/// CPU seconds (user and system) a process has used so far, from `/proc/<pid>/stat`; `None`
+/// once the process is gone. USER_HZ is 100 on Linux.
+pub fn cpu_seconds(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may contain spaces: count fields after it. There
     // the state is the first field, utime the 12th and stime the 13th (14 and 15 in proc(5)).
     let rest = stat.rsplit_once(')')?.1;
@@ -277,17 +273,16 @@ mod tests {
 
     #[test]
     fn cpu_seconds_counts_this_process_and_not_a_missing_one() {
-        let before = cpu_seconds(None).unwrap();
+        let own = i32::try_from(std::process::id()).unwrap();
+        let before = cpu_seconds(own).unwrap();
         // Burn a little more than one tick of CPU.
         let start = Instant::now();
         let mut x = 0u64;
         while start.elapsed() < Duration::from_millis(60) {
             x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
         }
-        let after = cpu_seconds(None).unwrap();
+        let after = cpu_seconds(own).unwrap();
         assert!(after > before, "{before} then {after}");
-        let own = i32::try_from(std::process::id()).unwrap();
-        assert!(cpu_seconds(Some(own)).is_some());
-        assert_eq!(cpu_seconds(Some(i32::MAX)), None);
+        assert_eq!(cpu_seconds(i32::MAX), None);
     }
 }

@@ -225,10 +225,10 @@ async fn bench(
     // Settle, then sample the agent over the window.
     tokio::time::sleep(Duration::from_secs(10)).await;
     if args.window > 0 {
-        let cpu0 = cpu_seconds(i32::try_from(agent_pid).ok()).ok_or("agent gone")?;
+        let cpu0 = cpu_seconds(agent_pid as i32).ok_or("agent gone")?;
         let t0 = Instant::now();
         tokio::time::sleep(Duration::from_secs(args.window)).await;
-        let cpu1 = cpu_seconds(i32::try_from(agent_pid).ok()).ok_or("agent gone")?;
+        let cpu1 = cpu_seconds(agent_pid as i32).ok_or("agent gone")?;
         let wall = t0.elapsed().as_secs_f64();
         let rss = process::rss_bytes(agent_pid as i32).unwrap_or(0) as f64 / 1048576.0;
         let hwm = process::peak_rss_bytes(agent_pid as i32).unwrap_or(0) as f64 / 1048576.0;
