@@ -39,6 +39,9 @@ pub const CONDITION_FAILOVER_BLOCKED: &str = "FailoverBlocked";
 pub const EVICTION_APPLICATION_FAILURE: &str = "ApplicationFailure";
 pub const EVICTION_CLUSTER_FAILURE: &str = "ClusterFailure";
 pub const EVICTION_CLUSTER_DELETED: &str = "ClusterDeleted";
+/// An in-place reset did not complete within `inPlaceReset.timeoutSeconds` (also the reason of
+/// `FailoverBlocked` when there is no application failover to move the workload).
+pub const EVICTION_RESET_TIMED_OUT: &str = "InPlaceResetTimedOut";
 /// The producer of the hub's evictions.
 pub const EVICTION_PRODUCER: &str = "lifeboat-hub";
 

@@ -653,6 +653,21 @@ pub struct InPlaceReset {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0, max = 3600))]
     pub pause_seconds: Option<i32>,
+    /// How long a reset may take after its pause before the hub gives up on it: a workload its
+    /// cluster cannot delete (a finalizer nobody removes) or create again (admission, quota)
+    /// is then moved as an application failure would be. Default 600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub timeout_seconds: Option<i32>,
+}
+
+impl InPlaceReset {
+    pub const DEFAULT_TIMEOUT_SECONDS: i32 = 600;
+
+    pub fn timeout_seconds(&self) -> i32 {
+        self.timeout_seconds
+            .unwrap_or(Self::DEFAULT_TIMEOUT_SECONDS)
+    }
 }
 
 /// Either kind of policy, as the detector sees it.

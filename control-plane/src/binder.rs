@@ -1727,10 +1727,20 @@ mod tests {
                 pause_seconds: 2
             })
         );
-        // In flight: the next pass changes nothing, however late.
-        let waiting = plan_at(&b, &clusters, 10_000, &limiter, Instant::now());
+        // In flight: the next pass changes nothing until the reset's timeout (asked in second
+        // 100, a 2 s pause, the default 600 s), and looks again then.
+        let waiting = plan_at(&b, &clusters, 702, &limiter, Instant::now());
         assert!(waiting.resets.is_empty());
         assert_eq!(waiting.spec, b.spec);
+        assert_eq!(waiting.retry, Some(Duration::from_secs(1)));
+        // Never completed: moved, and the record leaves with the copy.
+        let timed_out = plan_at(&b, &clusters, 703, &limiter, Instant::now());
+        assert_eq!(names(&timed_out.spec), ["b"]);
+        assert!(timed_out.spec.in_place_resets.is_empty());
+        assert_eq!(
+            timed_out.spec.eviction_history[0].reason,
+            "InPlaceResetTimedOut"
+        );
         // Re-created (generation 1), failing again: the limit is used up, it moves, and the
         // record leaves with the copy.
         b.status.as_mut().unwrap().aggregated_status[0].reset_generation = Some(1);

@@ -15,7 +15,11 @@
 //!   resets in place (each after a pause and a new toleration) before a move.
 //! - A reset in flight (the generation asked of a cluster is above the one its agent reports
 //!   the object was re-created for) stops every decision on that cluster's status but cluster
-//!   failover: the report is of the old object, or of none.
+//!   failover: the report is of the old object, or of none. A reset still in flight
+//!   `inPlaceReset.timeoutSeconds` (default 600) after its pause has failed: the cluster could
+//!   not delete or re-create the workload, so it is moved (`InPlaceResetTimedOut`, class
+//!   Infrastructure) under the application failover's purge mode, or `FailoverBlocked` says so
+//!   when the policy has no application failover.
 //! - A manual reset (`work.lifeboat.dev/reset-request: CLUSTER/NONCE`) is served once per value.
 //! - A cluster whose Ready condition stays not True for the cluster toleration (default 60 s),
 //!   or which is deleted, loses its placements (cluster failover).
@@ -31,14 +35,14 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use lifeboat_api::binding::{
     ANNOTATION_RESET_REQUEST, AggregatedStatusItem, EVICTION_APPLICATION_FAILURE,
-    EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE, EVICTION_PRODUCER, EvictionRecord,
-    GracefulEvictionTask, InPlaceResetRecord, MAX_EVICTION_HISTORY, ResourceBinding,
-    ResourceBindingSpec, ResourceHealth,
+    EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE, EVICTION_PRODUCER,
+    EVICTION_RESET_TIMED_OUT, EvictionRecord, GracefulEvictionTask, InPlaceResetRecord,
+    MAX_EVICTION_HISTORY, ResourceBinding, ResourceBindingSpec, ResourceHealth,
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::policy::{
-    ApplicationFailoverBehavior, ClusterFailoverBehavior, HealthyStatePrecondition, PurgeMode,
-    StatePreservation,
+    ApplicationFailoverBehavior, ClusterFailoverBehavior, HealthyStatePrecondition, InPlaceReset,
+    PurgeMode, StatePreservation,
 };
 
 /// Karmada's `--graceful-eviction-timeout`: how long a task without a grace period lasts.
@@ -78,7 +82,7 @@ pub struct Context<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Eviction {
     pub cluster: String,
-    /// `ApplicationFailure`, `ClusterFailure` or `ClusterDeleted`.
+    /// `ApplicationFailure`, `InPlaceResetTimedOut`, `ClusterFailure` or `ClusterDeleted`.
     pub reason: &'static str,
     pub class: FailureClass,
     pub message: String,
@@ -197,7 +201,14 @@ pub fn decide(binding: &ResourceBinding, ctx: &Context<'_>) -> Decision {
         }
         if reset_in_flight(binding, name) {
             // The agent has not re-created the workload yet: its last status is of the old
-            // object (or of none), so nothing is decided on it.
+            // object (or of none), so nothing is decided on it but the reset's own timeout.
+            reset_timeout(
+                binding,
+                name,
+                failover.application.as_ref(),
+                ctx,
+                &mut decision,
+            );
             continue;
         }
         if let Some(reset) = manual_reset(binding, name) {
@@ -393,26 +404,43 @@ fn application_failover(
         decision.wake_at(deadline);
         return;
     }
+    let message = format!(
+        "unhealthy in {name} since {} ({}; toleration {toleration}s)",
+        written.0,
+        item.health_reason.as_deref().unwrap_or("no reason given")
+    );
     decision.evictions.push(Eviction {
-        cluster: name.to_string(),
-        reason: EVICTION_APPLICATION_FAILURE,
         class,
-        message: format!(
-            "unhealthy in {name} since {} ({}; toleration {toleration}s)",
-            written.0,
-            item.health_reason.as_deref().unwrap_or("no reason given")
-        ),
+        failing_since: Some(written),
+        ..workload_eviction(app, name, EVICTION_APPLICATION_FAILURE, message, Some(item))
+    });
+}
+
+/// An eviction for one workload's failure, under the application failover's purge mode, grace
+/// period, state preservation and block (class Infrastructure until the caller says otherwise).
+fn workload_eviction(
+    app: &ApplicationFailoverBehavior,
+    name: &str,
+    reason: &'static str,
+    message: String,
+    item: Option<&AggregatedStatusItem>,
+) -> Eviction {
+    Eviction {
+        cluster: name.to_string(),
+        reason,
+        class: FailureClass::Infrastructure,
+        message,
         purge_mode: app.purge_mode(),
         grace_period_seconds: (app.purge_mode() == PurgeMode::Gracefully)
             .then(|| app.grace_period_seconds()),
         preserved: app
             .state_preservation
             .as_ref()
-            .map(|sp| preserve(sp, Some(item)))
+            .map(|sp| preserve(sp, item))
             .unwrap_or_default(),
         block_seconds: block_seconds(app),
-        failing_since: Some(written),
-    });
+        failing_since: item.and_then(|i| i.unhealthy_since.clone()),
+    }
 }
 
 /// A reset was asked of the cluster's agent and the workload it reports is not the re-created
@@ -426,6 +454,56 @@ pub fn reset_in_flight(binding: &ResourceBinding, cluster: &str) -> bool {
         .and_then(|i| i.reset_generation)
         .unwrap_or(0);
     record.generation > completed
+}
+
+/// A reset in flight past its pause and `inPlaceReset.timeoutSeconds` (the policy's, else the
+/// default) has failed: the workload is moved as an application failure would be, whatever its
+/// class and health (the cluster could not delete or re-create it, so there is no copy to trust
+/// there), or, with no application failover in the policy (a manual reset), the binding says it
+/// is stuck. Before that, the decision wakes at the deadline.
+fn reset_timeout(
+    binding: &ResourceBinding,
+    name: &str,
+    app: Option<&ApplicationFailoverBehavior>,
+    ctx: &Context<'_>,
+    decision: &mut Decision,
+) {
+    let Some(record) = InPlaceResetRecord::of(&binding.spec.in_place_resets, name) else {
+        return;
+    };
+    let timeout = i64::from(
+        app.and_then(|a| a.in_place_reset.as_ref())
+            .map(InPlaceReset::timeout_seconds)
+            .unwrap_or(InPlaceReset::DEFAULT_TIMEOUT_SECONDS),
+    );
+    let pause = i64::from(record.pause_seconds.unwrap_or(0));
+    // `lastRequestedAt` is read back with whole seconds: counted from the end of its second,
+    // the timeout never ends early.
+    let asked = crate::failover_phase::end_of_written_second(&record.last_requested_at);
+    let deadline = plus(&asked, pause + timeout);
+    if !reached(ctx.now, &deadline) {
+        decision.wake_at(deadline);
+        return;
+    }
+    let item = binding.cluster_status(name);
+    let completed = item.and_then(|i| i.reset_generation).unwrap_or(0);
+    let what = format!(
+        "in-place reset {} asked of {name} at {} was not completed within {timeout}s after its {pause}s pause (inPlaceReset.timeoutSeconds; the agent reports generation {completed} done)",
+        record.generation, record.last_requested_at.0
+    );
+    let Some(app) = app else {
+        decision.blocked.push(Blocked {
+            cluster: name.to_string(),
+            reason: EVICTION_RESET_TIMED_OUT,
+            message: format!("{what}: the policy has no failover.application to move the workload"),
+        });
+        return;
+    };
+    let mut eviction = workload_eviction(app, name, EVICTION_RESET_TIMED_OUT, what, item);
+    if eviction.failing_since.is_none() {
+        eviction.failing_since = Some(record.last_requested_at.clone());
+    }
+    decision.evictions.push(eviction);
 }
 
 /// A manual reset asked through the binding's annotation and not served yet. It pauses as the

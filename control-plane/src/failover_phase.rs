@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::ResourceExt;
 use lifeboat_api::binding::{
-    ANNOTATION_CONFIRM_PURGE, CONDITION_FAILOVER_BLOCKED, EVICTION_APPLICATION_FAILURE,
-    ResourceBinding, ResourceBindingSpec, ResourceHealth,
+    ANNOTATION_CONFIRM_PURGE, CONDITION_FAILOVER_BLOCKED, EVICTION_CLUSTER_DELETED,
+    EVICTION_CLUSTER_FAILURE, ResourceBinding, ResourceBindingSpec, ResourceHealth,
 };
 use lifeboat_api::cluster::{CONDITION_READY, Cluster};
 use lifeboat_api::policy::PurgeMode;
@@ -152,17 +152,28 @@ pub fn decide(current: &ResourceBinding, desired: &ResourceBindingSpec, ctx: &Co
     }
 }
 
-/// A cluster failover (the cluster is lost or deleted), as opposed to an application failure:
-/// these are rate-limited.
+/// A cluster failover (the cluster is lost or deleted), as opposed to one workload's failure
+/// (an application failure, an in-place reset that timed out): these are rate-limited.
 pub fn is_cluster_eviction(eviction: &Eviction) -> bool {
-    eviction.reason != EVICTION_APPLICATION_FAILURE
+    matches!(
+        eviction.reason,
+        EVICTION_CLUSTER_FAILURE | EVICTION_CLUSTER_DELETED
+    )
 }
 
 /// The binding may need the failover phase again soon: it has a failover policy and a placement
-/// that is not Healthy, an eviction in progress, a blocked failover to clear, or a manual reset
-/// asked and not served. The binder is queued on such a binding's changes.
+/// that is not Healthy, an eviction in progress, a blocked failover to clear, a manual reset
+/// asked and not served, or a reset in flight (its timeout). The binder is queued on such a
+/// binding's changes.
 pub fn wants_a_look(binding: &ResourceBinding) -> bool {
-    if !binding.spec.graceful_eviction_tasks.is_empty() || failover::manual_reset_pending(binding) {
+    if !binding.spec.graceful_eviction_tasks.is_empty()
+        || failover::manual_reset_pending(binding)
+        || binding
+            .spec
+            .in_place_resets
+            .iter()
+            .any(|r| failover::reset_in_flight(binding, &r.cluster_name))
+    {
         return true;
     }
     if binding.spec.failover.is_none() {

@@ -37,8 +37,8 @@ pub const EVENT_IN_PLACE_RESET: &str = "InPlaceReset";
 /// The failover metrics (low-cardinality labels: reason and class are closed sets).
 #[derive(Clone)]
 pub struct FailoverMetrics {
-    /// Evictions made, by reason (`ApplicationFailure`, `ClusterFailure`, `ClusterDeleted`) and
-    /// failure class.
+    /// Evictions made, by reason (`ApplicationFailure`, `InPlaceResetTimedOut`, `ClusterFailure`,
+    /// `ClusterDeleted`) and failure class.
     pub failovers: prometheus::IntCounterVec,
     /// From the first Unhealthy report (or the cluster leaving Ready) to the new placement
     /// Healthy, for evictions whose task ends that way.
@@ -70,7 +70,7 @@ impl FailoverMetrics {
         let blocked = prometheus::IntCounterVec::new(
             prometheus::Opts::new(
                 "lifeboat_hub_failovers_blocked_total",
-                "Failovers that were due but blocked (NoOtherClusterFits, ApplicationFailure, NeverHealthy, WaitingForPurge, WaitingForPurgeConfirmation), counted when the block begins",
+                "Failovers that were due but blocked (NoOtherClusterFits, ApplicationFailure, NeverHealthy, WaitingForPurge, WaitingForPurgeConfirmation, InPlaceResetTimedOut), counted when the block begins",
             ),
             &["reason"],
         )?;
@@ -88,6 +88,7 @@ impl FailoverMetrics {
             lifeboat_api::binding::EVICTION_APPLICATION_FAILURE,
             lifeboat_api::binding::EVICTION_CLUSTER_FAILURE,
             lifeboat_api::binding::EVICTION_CLUSTER_DELETED,
+            lifeboat_api::binding::EVICTION_RESET_TIMED_OUT,
         ] {
             for class in lifeboat_api::health::FailureClass::ALL {
                 failovers.with_label_values(&[reason, class.as_str()]);
@@ -499,7 +500,7 @@ mod tests {
         let failovers = series("lifeboat_hub_failovers_total");
         assert_eq!(
             failovers.len(),
-            3 * FailureClass::ALL.len(),
+            4 * FailureClass::ALL.len(),
             "{failovers:?}"
         );
         assert!(failovers.iter().all(|(_, v)| *v == 0.0));

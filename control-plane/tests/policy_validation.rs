@@ -199,6 +199,12 @@ fn invalid_cases() -> Vec<Invalid> {
             field: "spec.failover.application.inPlaceReset.limit",
             reason: "should be less than or equal to 10",
         },
+        Invalid {
+            case: "in-place reset timeout of zero",
+            spec: app(json!({"inPlaceReset": {"limit": 1, "timeoutSeconds": 0}})),
+            field: "spec.failover.application.inPlaceReset.timeoutSeconds",
+            reason: "should be greater than or equal to 1",
+        },
     ]
 }
 

@@ -31,6 +31,7 @@ use serde_json::json;
 use support::T;
 use support::hub::{
     appwrapper_resource, binding_of, phase_in, placement, start_hub, tempfile_dir, two_agents,
+    until_placed_on_one,
 };
 
 /// The cluster lease of the test hub (support::hub::start_hub).
@@ -115,14 +116,7 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     appwrappers
         .create(&PostParams::default(), &serde_json::from_value(train)?)
         .await?;
-    let placed = wait::until("train placed", T, || async {
-        let b = binding_of(&bindings, "train").await?;
-        match placement(&b).as_slice() {
-            [one] => Ok(one.clone()),
-            other => Err(format!("clusters {other:?}")),
-        }
-    })
-    .await?;
+    let placed = until_placed_on_one(&bindings, "train", T).await?;
     let other = if &placed == first { second } else { first };
     let old_api = in_member(&placed).await?;
     let new_api = in_member(other).await?;
@@ -236,14 +230,7 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
     appwrappers
         .create(&PostParams::default(), &serde_json::from_value(serve)?)
         .await?;
-    let lost = wait::until("serve placed", T, || async {
-        let b = binding_of(&bindings, "serve").await?;
-        match placement(&b).as_slice() {
-            [one] => Ok(one.clone()),
-            other => Err(format!("clusters {other:?}")),
-        }
-    })
-    .await?;
+    let lost = until_placed_on_one(&bindings, "serve", T).await?;
     let survivor = if &lost == first { second } else { first };
     let lost_api = in_member(&lost).await?;
     wait::until("serve Running", T, || async {

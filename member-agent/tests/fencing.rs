@@ -31,6 +31,7 @@ use serde_json::json;
 use support::T;
 use support::hub::{
     appwrapper_resource, binding_of, bootstrap, live, placement, start_hub_with, tempfile_dir,
+    until_placed_on_one,
 };
 
 /// The agents' and the hub's fencing period (they must agree).
@@ -118,14 +119,7 @@ async fn partition(ctx: Arc<TestContext>) -> TestResult {
         .create(&PostParams::default(), &serde_json::from_value(train)?)
         .await?;
     let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
-    let placed = wait::until("train placed", T, || async {
-        let b = binding_of(&bindings, "train").await?;
-        match placement(&b).as_slice() {
-            [one] => Ok(one.clone()),
-            other => Err(format!("clusters {other:?}")),
-        }
-    })
-    .await?;
+    let placed = until_placed_on_one(&bindings, "train", T).await?;
     let other = members
         .iter()
         .find(|m| **m != placed)

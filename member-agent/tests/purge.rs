@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 use support::T;
 use support::hub::{
     appwrapper_resource, binding_of, bootstrap, fail_on_broken_nodes, live, phase_in, placement,
-    repair_nodes, start_agent, start_hub, tempfile_dir,
+    repair_nodes, start_agent, start_hub, tempfile_dir, until_placed_on_one,
 };
 
 /// Slack over a failover: status reports, a scheduling pass, the deletion, the new apply.
@@ -92,18 +92,6 @@ async fn create_appwrapper(hub: &Api<DynamicObject>, ns: &str, name: &str) -> Te
     Ok(())
 }
 
-/// Waits until `name` is placed on one cluster; returns it.
-async fn placed_on(bindings: &Api<ResourceBinding>, name: &str) -> Result<String, TestError> {
-    Ok(wait::until(&format!("{name} placed"), T, || async {
-        let b = binding_of(bindings, name).await?;
-        match placement(&b).as_slice() {
-            [one] => Ok(one.clone()),
-            other => Err(format!("clusters {other:?}")),
-        }
-    })
-    .await?)
-}
-
 async fn until_running(api: &Api<DynamicObject>, name: &str, where_: &str) -> TestResult {
     wait::until(&format!("{name} Running {where_}"), T, || async {
         match phase_in(api, name).await?.as_deref() {
@@ -145,7 +133,7 @@ async fn create_and_run(
     name: &str,
 ) -> Result<Placed, TestError> {
     create_appwrapper(appwrappers, ns, name).await?;
-    let old = placed_on(bindings, name).await?;
+    let old = until_placed_on_one(bindings, name, T).await?;
     let new = members
         .iter()
         .find(|m| **m != old)

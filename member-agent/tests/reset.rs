@@ -11,6 +11,9 @@
 //! 2. A manual reset of the moved, healthy PyTorchJob through `lifeboatctl reset`'s code path
 //!    (`lifeboat_hub::manual_reset::request`) re-creates it once in its member and does not move
 //!    it.
+//! 3. A reset its member cannot carry out (a finalizer the test set holds the old object) is
+//!    given up after `inPlaceReset.timeoutSeconds` (5 s here), and the job moves to the other
+//!    member with an `InPlaceResetTimedOut` eviction record.
 //!
 //! One test: the suite shares one hub cluster, and one hub binds it.
 
@@ -31,11 +34,17 @@ use lifeboat_e2e::wait;
 use lifeboat_hub::ledger::{EventKind, Ledger};
 use lifeboat_hub::manual_reset::{self, ManualResetError};
 use serde_json::{Value, json};
-use support::hub::{binding_of, member_api, placement, start_hub_with, tempfile_dir, two_agents};
+use support::hub::{
+    binding_of, member_api, placement, start_hub_with, tempfile_dir, two_agents,
+    until_placed_on_one,
+};
 use support::{T, metric, metrics_text};
 
 const JOB: &str = "train";
 const BINDING: &str = "train-pytorchjob";
+/// The job of part 3, whose old copy a finalizer holds.
+const HELD: &str = "held";
+const FINALIZER: &str = "e2e.lifeboat.dev/hold";
 
 fn main() -> ExitCode {
     harness::run(
@@ -45,7 +54,7 @@ fn main() -> ExitCode {
             c.nodes_per_member = 2;
         },
         vec![E2eTest::new(
-            "a_failing_pytorchjob_is_reset_in_place_twice_then_moved_and_a_manual_reset_recreates_it_once",
+            "a_failing_pytorchjob_is_reset_in_place_twice_then_moved_a_manual_reset_recreates_it_once_and_a_reset_that_cannot_complete_moves_it",
             reset,
         )],
     )
@@ -74,39 +83,47 @@ async fn install_pytorchjob_crd(client: &kube::Client) -> TestResult {
 }
 
 /// A PyTorchJob with one master and one worker (no operator runs it: no pods).
-fn pytorchjob(namespace: &str) -> Value {
+fn pytorchjob(namespace: &str, name: &str) -> Value {
     let role = json!({"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {
         "containers": [{"name": "pytorch", "image": "busybox", "command": ["sh", "-c", "sleep 3600"],
                         "resources": {"requests": {"cpu": "100m"}}}]}}});
     json!({
         "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-        "metadata": {"name": JOB, "namespace": namespace},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {"pytorchReplicaSpecs": {"Master": role, "Worker": role}}
     })
 }
 
 /// The job in a member: its UID and reset annotation, if it exists.
-async fn job_in(api: &Api<DynamicObject>) -> Result<Option<(String, Option<String>)>, String> {
-    Ok(api.get_opt(JOB).await.map_err(|e| e.to_string())?.map(|o| {
-        let generation = o
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ANNOTATION_RESET_GENERATION))
-            .cloned();
-        (o.metadata.uid.unwrap_or_default(), generation)
-    }))
+async fn job_in(
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> Result<Option<(String, Option<String>)>, String> {
+    Ok(api
+        .get_opt(name)
+        .await
+        .map_err(|e| e.to_string())?
+        .map(|o| {
+            let generation = o
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANNOTATION_RESET_GENERATION))
+                .cloned();
+            (o.metadata.uid.unwrap_or_default(), generation)
+        }))
 }
 
 /// Waits for the job in a member with a UID other than `old` (if given); returns its UID.
 async fn new_copy(
     api: &Api<DynamicObject>,
+    name: &str,
     what: &str,
     old: Option<&str>,
     generation: Option<&str>,
 ) -> Result<String, TestError> {
     Ok(wait::until(what, T, || async {
-        match job_in(api).await? {
+        match job_in(api, name).await? {
             Some((uid, g)) if Some(uid.as_str()) != old && g.as_deref() == generation => Ok(uid),
             other => Err(format!("job (uid, reset generation) {other:?}")),
         }
@@ -116,8 +133,13 @@ async fn new_copy(
 
 /// Writes the job's conditions through the status subresource, as the training operator does;
 /// only on the copy with this UID.
-async fn set_conditions(api: &Api<DynamicObject>, uid: &str, conditions: Value) -> TestResult {
-    let current = api.get(JOB).await?;
+async fn set_conditions(
+    api: &Api<DynamicObject>,
+    name: &str,
+    uid: &str,
+    conditions: Value,
+) -> TestResult {
+    let current = api.get(name).await?;
     if current.metadata.uid.as_deref() != Some(uid) {
         return Err(format!(
             "the job is {:?}, not the copy {uid} the test meant",
@@ -126,7 +148,7 @@ async fn set_conditions(api: &Api<DynamicObject>, uid: &str, conditions: Value) 
         .into());
     }
     api.patch_status(
-        JOB,
+        name,
         &PatchParams::default(),
         &Patch::Merge(json!({"status": {"conditions": conditions}})),
     )
@@ -142,9 +164,9 @@ fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
 
 /// The conditions of a failed job: its worker's pod was lost with its node (the message the
 /// training operator writes, with the node named).
-fn failed(namespace: &str) -> Value {
+fn failed(namespace: &str, name: &str) -> Value {
     let message = format!(
-        "PyTorchJob {namespace}/{JOB} is failed because 1 Worker replica(s) failed: pod {JOB}-worker-0 was lost with its node (NodeNotReady)."
+        "PyTorchJob {namespace}/{name} is failed because 1 Worker replica(s) failed: pod {name}-worker-0 was lost with its node (NodeNotReady)."
     );
     json!([
         condition("Created", "True", "PyTorchJobCreated", "created"),
@@ -216,29 +238,23 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     let jobs: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &pytorchjob_resource());
     jobs.create(
         &PostParams::default(),
-        &serde_json::from_value(pytorchjob(&ns))?,
+        &serde_json::from_value(pytorchjob(&ns, JOB))?,
     )
     .await?;
     let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
-    let placed = wait::until("the job placed", T, || async {
-        let b = binding_of(&bindings, JOB).await?;
-        match placement(&b).as_slice() {
-            [one] => Ok(one.clone()),
-            other => Err(format!("clusters {other:?}")),
-        }
-    })
-    .await?;
+    let placed = until_placed_on_one(&bindings, JOB, T).await?;
     let other = if &placed == first { second } else { first };
     let here = member_api(&ctx, &placed, &pytorchjob_resource()).await?;
     let there = member_api(&ctx, other, &pytorchjob_resource()).await?;
-    let mut uid = new_copy(&here, "the job in its member", None, None).await?;
+    let mut uid = new_copy(&here, JOB, "the job in its member", None, None).await?;
 
     // 1. Two failures: two resets in place.
     for generation in 1..=2_i64 {
-        set_conditions(&here, &uid, failed(&ns)).await?;
+        set_conditions(&here, JOB, &uid, failed(&ns, JOB)).await?;
         let previous = uid.clone();
         uid = new_copy(
             &here,
+            JOB,
             &format!("reset {generation}: a new copy in {placed}"),
             Some(&previous),
             Some(&generation.to_string()),
@@ -271,7 +287,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
             )
             .into());
         }
-        if job_in(&there).await?.is_some() {
+        if job_in(&there, JOB).await?.is_some() {
             return Err(format!("reset {generation}: a copy appeared in {other}").into());
         }
         tracing::info!(generation, %uid, "reset in place");
@@ -285,7 +301,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     }
 
     // The third failure: the limit is used up, it moves.
-    set_conditions(&here, &uid, failed(&ns)).await?;
+    set_conditions(&here, JOB, &uid, failed(&ns, JOB)).await?;
     let moved = wait::until("the job moved to the other member", T, || async {
         let b = binding_of(&bindings, JOB).await?;
         if placement(&b) == [other.clone()] {
@@ -315,7 +331,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
         )
         .into());
     }
-    let moved_uid = new_copy(&there, "the job in the other member", None, None).await?;
+    let moved_uid = new_copy(&there, JOB, "the job in the other member", None, None).await?;
 
     // The ledger and the Events show both resets.
     let ledger = Ledger::connect(&format!("sqlite://{}", dir.join("ledger.db").display())).await?;
@@ -386,7 +402,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     .await?;
 
     // 2. A manual reset of the healthy copy: re-created once, not moved.
-    set_conditions(&there, &moved_uid, running()).await?;
+    set_conditions(&there, JOB, &moved_uid, running()).await?;
     wait::until(
         "the moved job Healthy and the old copy's task done",
         T,
@@ -406,7 +422,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     )
     .await?;
     wait::until("the old copy withdrawn", T, || async {
-        match job_in(&here).await? {
+        match job_in(&here, JOB).await? {
             None => Ok(()),
             Some(copy) => Err(format!("still there: {copy:?}")),
         }
@@ -422,6 +438,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     }
     let reset_uid = new_copy(
         &there,
+        JOB,
         "the manual reset's new copy",
         Some(&moved_uid),
         Some("1"),
@@ -458,16 +475,118 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     // (the request is served, and the report says the reset is done).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let b = binding_of(&bindings, JOB).await?;
-    let now = job_in(&there).await?;
+    let now = job_in(&there, JOB).await?;
     if record(&b, other).map(|r| r.0) != Some(1)
         || now.as_ref().map(|(u, _)| u.as_str()) != Some(reset_uid.as_str())
-        || job_in(&here).await?.is_some()
+        || job_in(&here, JOB).await?.is_some()
     {
         return Err(format!(
             "after the manual reset: record {:?}, job {now:?}",
             record(&b, other)
         )
         .into());
+    }
+
+    // 3. A reset its member cannot carry out: a finalizer nobody removes holds the old object.
+    //    A second policy (a higher priority, for this job only) gives up after 5 s: the job moves.
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &hub,
+        &ns,
+        "reset-timeout",
+        json!({
+            "resourceSelectors": [
+                {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": HELD}
+            ],
+            "priority": 10,
+            "failover": {"application": {
+                "decisionConditions": {"tolerationSeconds": 0},
+                "inPlaceReset": {"limit": 1, "timeoutSeconds": 5},
+                "purgeMode": "Gracefully",
+                "gracePeriodSeconds": 600
+            }}
+        }),
+    )
+    .await?;
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(pytorchjob(&ns, HELD))?,
+    )
+    .await?;
+    let held_at = until_placed_on_one(&bindings, HELD, T).await?;
+    let held_to = if &held_at == first { second } else { first };
+    let held_here = member_api(&ctx, &held_at, &pytorchjob_resource()).await?;
+    let held_there = member_api(&ctx, held_to, &pytorchjob_resource()).await?;
+    let held_uid = new_copy(&held_here, HELD, "the held job in its member", None, None).await?;
+    held_here
+        .patch(
+            HELD,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": [FINALIZER]}})),
+        )
+        .await?;
+    set_conditions(&held_here, HELD, &held_uid, failed(&ns, HELD)).await?;
+    let timed_out = async {
+        let moved = wait::until("the held job's reset timed out and it moved", T, || async {
+            let b = binding_of(&bindings, HELD).await?;
+            if placement(&b) == [held_to.clone()] {
+                Ok(b)
+            } else {
+                Err(format!(
+                    "clusters {:?}, resets {:?}, reported {:?}",
+                    placement(&b),
+                    record(&b, &held_at),
+                    reported(&b, &held_at)
+                ))
+            }
+        })
+        .await?;
+        let eviction = moved
+            .spec
+            .eviction_history
+            .iter()
+            .find(|r| r.cluster_name == held_at)
+            .ok_or("no eviction record for the held job's first member")?;
+        if eviction.reason != "InPlaceResetTimedOut"
+            || eviction.failure_class != Some(FailureClass::Infrastructure)
+            || !eviction
+                .message
+                .as_deref()
+                .is_some_and(|m| m.contains("in-place reset 1") && m.contains("within 5s"))
+        {
+            return Err(format!("the held job's eviction: {eviction:?}").into());
+        }
+        // The reset never completed: the old copy is still there, being deleted.
+        let old = held_here.get_opt(HELD).await?;
+        if old
+            .as_ref()
+            .is_none_or(|o| o.metadata.deletion_timestamp.is_none())
+        {
+            return Err(format!("the held copy: {:?}", old.map(|o| o.metadata)).into());
+        }
+        new_copy(
+            &held_there,
+            HELD,
+            "the held job in the other member",
+            None,
+            None,
+        )
+        .await?;
+        Ok::<(), TestError>(())
+    }
+    .await;
+    // Let the old copy go whatever happened, so that the namespace can be removed.
+    let released = held_here
+        .patch(
+            HELD,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    timed_out?;
+    if let Err(e) = released
+        && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+    {
+        return Err(e.into());
     }
     Ok(())
 }

@@ -370,12 +370,17 @@ fn a_reset_in_flight_is_not_decided_again_and_the_limit_then_moves() {
         (1, 1)
     );
     assert_eq!(applied[0].record.pause_seconds, Some(1));
-    // In flight: the stale Unhealthy report neither resets again nor evicts, at any time.
+    // In flight: the stale Unhealthy report neither resets again nor evicts; the decision only
+    // wakes for the reset's timeout (the default 600 s after the pause, from the end of the
+    // written second).
     assert!(reset_in_flight(&b, "a"));
-    for now in [100, 101, 500, 100_000] {
+    for now in [100, 101, 500, 701] {
         assert_eq!(
             decide_at(&b, now, &clusters),
-            Decision::default(),
+            Decision {
+                next_check: Some(at(702)),
+                ..Decision::default()
+            },
             "at {now}"
         );
     }
@@ -399,11 +404,8 @@ fn a_reset_in_flight_is_not_decided_again_and_the_limit_then_moves() {
         (applied[0].record.generation, applied[0].record.count),
         (2, 2)
     );
-    assert_eq!(
-        decide_at(&b, 200, &clusters),
-        Decision::default(),
-        "in flight"
-    );
+    let d = decide_at(&b, 200, &clusters);
+    assert!(d.evictions.is_empty() && d.resets.is_empty(), "in flight");
     // Third failure: the limit is used up, it moves.
     set_reported(&mut b, Some(2), "Unhealthy");
     let d = decide_at(&b, 106, &clusters);
@@ -416,6 +418,103 @@ fn a_reset_in_flight_is_not_decided_again_and_the_limit_then_moves() {
         "the record leaves with the copy"
     );
     assert_eq!(b.spec.eviction_history[0].cluster_name, "a");
+}
+
+/// A reset whose workload the cluster never deletes (a finalizer) or re-creates: after the pause
+/// and `timeoutSeconds`, the placement is moved as an application failure would be, with class
+/// Infrastructure whatever the class of the failure that asked for the reset.
+#[test]
+fn a_reset_that_never_completes_is_moved_after_its_timeout() {
+    let failover = app(json!({"decisionConditions": {"tolerationSeconds": 0},
+                              "inPlaceReset": {"limit": 3, "pauseSeconds": 5, "timeoutSeconds": 60},
+                              "purgeMode": "Directly",
+                              "blockPredecessorSeconds": 120,
+                              "statePreservation": {"rules": [
+                                  {"aliasLabelName": "ckpt", "jsonPath": "{.checkpoint}"}]}}));
+    let mut b = binding(
+        failover,
+        &["a", "b"],
+        json!([unhealthy("a", 100, "Unknown")]),
+    );
+    let clusters = ready(&["a", "b"]);
+    let d = decide_at(&b, 100, &clusters);
+    assert!(d.evictions.is_empty());
+    assert_eq!(d.resets.len(), 1);
+    // Written back with whole seconds.
+    apply_resets(&mut b.spec, &d.resets, &at(100));
+    // Asked in second 100, a 5 s pause, 60 s for the reset: over at 101 + 65.
+    let d = decide_at(&b, 165, &clusters);
+    assert!(d.evictions.is_empty() && d.resets.is_empty() && d.blocked.is_empty());
+    assert_eq!(d.next_check, Some(at(166)));
+    let d = decide_at(&b, 166, &clusters);
+    assert!(d.resets.is_empty());
+    let [e] = d.evictions.as_slice() else {
+        panic!("{:?}", d.evictions)
+    };
+    assert_eq!(
+        (e.cluster.as_str(), e.reason),
+        ("a", "InPlaceResetTimedOut")
+    );
+    assert_eq!(e.class, FailureClass::Infrastructure);
+    assert_eq!(e.purge_mode, PurgeMode::Directly);
+    assert_eq!(e.grace_period_seconds, None);
+    assert_eq!(e.block_seconds, Some(120));
+    assert_eq!(
+        e.failing_since,
+        Some(at(99)),
+        "since the copy was Unhealthy"
+    );
+    assert_eq!(e.preserved.get("ckpt").map(String::as_str), Some("ckpt-42"));
+    assert!(
+        e.message.contains("in-place reset 1 asked of a")
+            && e.message.contains("within 60s after its 5s pause")
+            && e.message.contains("generation 0 done"),
+        "{}",
+        e.message
+    );
+    assert!(
+        !crate::failover_phase::is_cluster_eviction(e),
+        "one workload's failure: not rate-limited with cluster evictions"
+    );
+    // Completed in time (the agent reports the generation), nothing times out.
+    b.status.as_mut().unwrap().aggregated_status[0].reset_generation = Some(1);
+    b.status.as_mut().unwrap().aggregated_status[0].health = ResourceHealth::Healthy;
+    assert_eq!(decide_at(&b, 10_000, &clusters), Decision::default());
+}
+
+/// A manual reset under a policy without application failover: nothing may move the workload,
+/// so a reset that never completes (the default 600 s) blocks the failover and says why.
+#[test]
+fn a_manual_reset_that_never_completes_without_application_failover_is_blocked() {
+    let mut healthy = unhealthy("a", 0, "Infrastructure");
+    healthy["health"] = json!("Healthy");
+    let mut b = binding(json!(null), &["a", "b"], json!([healthy]));
+    b.metadata.annotations = Some(BTreeMap::from([(
+        ANNOTATION_RESET_REQUEST.to_string(),
+        "a/1".to_string(),
+    )]));
+    let clusters = ready(&["a", "b"]);
+    let d = decide_at(&b, 10, &clusters);
+    assert_eq!(d.resets.len(), 1);
+    apply_resets(&mut b.spec, &d.resets, &at(10));
+    assert!(
+        crate::failover_phase::wants_a_look(&b),
+        "to see the timeout"
+    );
+    let d = decide_at(&b, 610, &clusters);
+    assert!(d.blocked.is_empty());
+    assert_eq!(d.next_check, Some(at(611)));
+    let d = decide_at(&b, 611, &clusters);
+    assert!(d.evictions.is_empty());
+    let [blocked] = d.blocked.as_slice() else {
+        panic!("{:?}", d.blocked)
+    };
+    assert_eq!(blocked.reason, "InPlaceResetTimedOut");
+    assert!(
+        blocked.message.contains("no failover.application"),
+        "{}",
+        blocked.message
+    );
 }
 
 #[test]

@@ -666,6 +666,22 @@ pub async fn binding_of(
         .ok_or_else(|| format!("no binding of {name} yet"))
 }
 
+/// Waits until template `name`'s binding places it on exactly one cluster; returns that
+/// cluster.
+pub async fn until_placed_on_one(
+    bindings: &Api<lifeboat_api::binding::ResourceBinding>,
+    name: &str,
+    timeout: Duration,
+) -> Result<String> {
+    wait::until(&format!("{name} placed"), timeout, || async {
+        match placement(&binding_of(bindings, name).await?).as_slice() {
+            [one] => Ok(one.clone()),
+            other => Err(format!("clusters {other:?}")),
+        }
+    })
+    .await
+}
+
 /// The clusters a binding is placed on.
 pub fn placement(binding: &lifeboat_api::binding::ResourceBinding) -> Vec<String> {
     binding

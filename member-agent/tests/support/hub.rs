@@ -183,7 +183,7 @@ pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
 
 // Not every suite uses both (each test binary compiles this module on its own).
 #[allow(unused_imports)]
-pub use lifeboat_e2e::fleet::lifeboat::{binding_of, placement};
+pub use lifeboat_e2e::fleet::lifeboat::{binding_of, placement, until_placed_on_one};
 
 /// The objects of `resource` in the test's namespace of a member.
 pub async fn member_api(

@@ -115,14 +115,7 @@ impl Scenario {
 
     /// Waits until template `name` is placed on exactly one cluster; returns it.
     pub async fn placed(&self, name: &str) -> Result<String, TestError> {
-        Ok(wait::until(&format!("{name} placed"), T, || async {
-            let b = self.binding(name).await?;
-            match placement(&b).as_slice() {
-                [one] => Ok(one.clone()),
-                other => Err(format!("clusters {other:?}")),
-            }
-        })
-        .await?)
+        Ok(lifeboat_e2e::fleet::lifeboat::until_placed_on_one(&self.bindings, name, T).await?)
     }
 
     /// Waits until `check` holds for the binding of `name`; returns the binding.
