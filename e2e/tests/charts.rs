@@ -283,7 +283,7 @@ async fn crd_copies(_ctx: Arc<TestContext>) -> TestResult {
         let original = std::fs::read(root.join("crds").join(name))?;
         if copy != original {
             return Err(format!(
-                "charts/lifeboat-hub/crds/{name} differs from crds/{name}: copy it again"
+                "charts/lifeboat-hub/crds/{name} differs from crds/{name}: run `cargo run -q -p lifeboat-api --bin crdgen`"
             )
             .into());
         }

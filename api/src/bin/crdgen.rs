@@ -1,10 +1,14 @@
-//! Writes the generated CRDs to `crds/`, or with `--check` fails when a committed file is
-//! stale. Run from anywhere inside the repository: paths are resolved from this crate's manifest.
+//! Writes the generated CRDs to `crds/` and their copies to the hub chart's `crds/` (the chart
+//! installs every one of them), or with `--check` fails when a committed file is stale. Run from
+//! anywhere inside the repository: paths are resolved from this crate's manifest.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use lifeboat_api::crds;
+
+/// Where the hub chart keeps its copies, relative to the repository root.
+const HUB_CHART_CRDS: &str = "charts/lifeboat-hub/crds";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -31,38 +35,45 @@ fn main() -> ExitCode {
             println!("{yaml}---");
             continue;
         }
-        let file = repo_root.join(generated.file);
-        if check {
-            match std::fs::read_to_string(&file) {
-                Ok(committed) if committed == yaml => {}
-                Ok(_) => {
+        let name = Path::new(generated.file)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        for relative in [
+            generated.file.to_string(),
+            format!("{HUB_CHART_CRDS}/{name}"),
+        ] {
+            let file = repo_root.join(&relative);
+            if check {
+                if let Err(why) = up_to_date(&file, &yaml) {
                     eprintln!(
-                        "crdgen: {} is stale: it differs from the CRD generated from {}; \
-                         run `cargo run -q -p lifeboat-api --bin crdgen` and commit the result",
-                        generated.file, generated.source
+                        "crdgen: {relative} {why} (generated from {}); run \
+                         `cargo run -q -p lifeboat-api --bin crdgen` and commit the result",
+                        generated.source
                     );
                     failed = true;
                 }
-                Err(err) => {
-                    eprintln!(
-                        "crdgen: cannot read {}: {err}; run `cargo run -q -p lifeboat-api --bin crdgen` \
-                         and commit the result",
-                        generated.file
-                    );
-                    failed = true;
-                }
+                continue;
             }
-            continue;
+            if let Err(err) = std::fs::write(&file, &yaml) {
+                eprintln!("crdgen: cannot write {}: {err}", file.display());
+                return ExitCode::FAILURE;
+            }
+            println!("wrote {relative}");
         }
-        if let Err(err) = std::fs::write(&file, &yaml) {
-            eprintln!("crdgen: cannot write {}: {err}", file.display());
-            return ExitCode::FAILURE;
-        }
-        println!("wrote {}", generated.file);
     }
     if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// Whether the committed `file` is `yaml`; if not, why.
+fn up_to_date(file: &Path, yaml: &str) -> Result<(), String> {
+    match std::fs::read_to_string(file) {
+        Ok(committed) if committed == yaml => Ok(()),
+        Ok(_) => Err("is stale: it differs from the generated CRD".into()),
+        Err(err) => Err(format!("cannot be read: {err}")),
     }
 }
