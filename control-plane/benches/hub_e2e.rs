@@ -311,7 +311,7 @@ async fn run_once(
         figures.bindings_per_second,
         lifeboat_e2e::load_average()
     );
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     println!(
         "run {run}: CPU from the first create to the last Scheduled (and the moment it took to see it): hub kube-apiserver {:.2} s = {:.1} ms per template; this process (hub, agents, creates) {:.2} s; members' processes {:.2} s; etcd {:.2} s; the hub's other control-plane processes {:.2} s; {cores} cores x {seconds:.2} s = {:.2} s",
         cpu.hub_apiserver,
@@ -508,7 +508,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
     // Every template costs the hub apiserver three writes (the create, the binding, its
     // status): what it spends per template bounds the rate whatever the hub does.
     let per_template = apiserver_cpu[apiserver_cpu.len() / 2];
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = cores();
     println!(
         "hub kube-apiserver CPU per template: median {:.1} ms; with all {cores} cores to itself it could take at most {:.0} templates/s",
         1000.0 * per_template,
@@ -540,4 +540,9 @@ fn main() -> std::process::ExitCode {
         },
         |fleet| async move { bench(&fleet, &args).await },
     )
+}
+
+/// The cores this machine gives the fleet and the bench (the CPU figures' denominator).
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
