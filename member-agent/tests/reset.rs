@@ -183,6 +183,51 @@ fn running() -> Value {
     ])
 }
 
+/// A job the hub placed on one of two members, with its copy there.
+struct PlacedJob<'m> {
+    /// The member it was placed on.
+    at: String,
+    /// The other member.
+    other: &'m String,
+    /// The job's objects in `at` and in `other`.
+    here: Api<DynamicObject>,
+    there: Api<DynamicObject>,
+    /// The UID of its copy in `at`.
+    uid: String,
+}
+
+/// Creates job `name` on the hub and waits until it is placed on one of `members` and its copy
+/// exists there.
+async fn create_and_place<'m>(
+    ctx: &TestContext,
+    jobs: &Api<DynamicObject>,
+    bindings: &Api<ResourceBinding>,
+    name: &str,
+    members: [&'m String; 2],
+) -> Result<PlacedJob<'m>, TestError> {
+    jobs.create(
+        &PostParams::default(),
+        &serde_json::from_value(pytorchjob(&ctx.namespace, name))?,
+    )
+    .await?;
+    let at = until_placed_on_one(bindings, name, T).await?;
+    let other = if &at == members[0] {
+        members[1]
+    } else {
+        members[0]
+    };
+    let here = member_api(ctx, &at, &pytorchjob_resource()).await?;
+    let there = member_api(ctx, other, &pytorchjob_resource()).await?;
+    let uid = new_copy(&here, name, &format!("{name} in its member"), None, None).await?;
+    Ok(PlacedJob {
+        at,
+        other,
+        here,
+        there,
+        uid,
+    })
+}
+
 /// The binding's reset record of `cluster`: (generation, count, manual request).
 fn record(b: &ResourceBinding, cluster: &str) -> Option<(i64, i32, Option<String>)> {
     b.spec
@@ -236,17 +281,14 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     )
     .await?;
     let jobs: Api<DynamicObject> = Api::namespaced_with(hub.clone(), &ns, &pytorchjob_resource());
-    jobs.create(
-        &PostParams::default(),
-        &serde_json::from_value(pytorchjob(&ns, JOB))?,
-    )
-    .await?;
     let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), &ns);
-    let placed = until_placed_on_one(&bindings, JOB, T).await?;
-    let other = if &placed == first { second } else { first };
-    let here = member_api(&ctx, &placed, &pytorchjob_resource()).await?;
-    let there = member_api(&ctx, other, &pytorchjob_resource()).await?;
-    let mut uid = new_copy(&here, JOB, "the job in its member", None, None).await?;
+    let PlacedJob {
+        at: placed,
+        other,
+        here,
+        there,
+        mut uid,
+    } = create_and_place(&ctx, &jobs, &bindings, JOB, [first, second]).await?;
 
     // 1. Two failures: two resets in place.
     for generation in 1..=2_i64 {
@@ -507,16 +549,13 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
         }),
     )
     .await?;
-    jobs.create(
-        &PostParams::default(),
-        &serde_json::from_value(pytorchjob(&ns, HELD))?,
-    )
-    .await?;
-    let held_at = until_placed_on_one(&bindings, HELD, T).await?;
-    let held_to = if &held_at == first { second } else { first };
-    let held_here = member_api(&ctx, &held_at, &pytorchjob_resource()).await?;
-    let held_there = member_api(&ctx, held_to, &pytorchjob_resource()).await?;
-    let held_uid = new_copy(&held_here, HELD, "the held job in its member", None, None).await?;
+    let PlacedJob {
+        at: held_at,
+        other: held_to,
+        here: held_here,
+        there: held_there,
+        uid: held_uid,
+    } = create_and_place(&ctx, &jobs, &bindings, HELD, [first, second]).await?;
     held_here
         .patch(
             HELD,

@@ -181,7 +181,7 @@ pub fn ledger_url(namespace: &str) -> Result<String, TestError> {
     Ok(format!("sqlite://{}", path.display()))
 }
 
-// Not every suite uses both (each test binary compiles this module on its own).
+// Not every suite uses all of them (each test binary compiles this module on its own).
 #[allow(unused_imports)]
 pub use lifeboat_e2e::fleet::lifeboat::{binding_of, placement, until_placed_on_one};
 
