@@ -45,6 +45,32 @@ pub const EVICTION_RESET_TIMED_OUT: &str = "InPlaceResetTimedOut";
 /// The producer of the hub's evictions.
 pub const EVICTION_PRODUCER: &str = "lifeboat-hub";
 
+/// `FailoverBlocked` reasons while a `Directly` eviction's new copy waits for the old one to be
+/// confirmed gone: its cluster is Ready and its agent is deleting it (`WaitingForPurge`), or its
+/// cluster is not Ready, so nobody there can say, and the hub waits for evidence that the copy
+/// no longer runs (`WaitingForFence`): the hub's own deletion through the member's
+/// kube-apiserver with the cluster's fencing credential, the agent's report once it is back, or
+/// an operator's `lifeboatctl confirm-purge`.
+pub const BLOCKED_WAITING_FOR_PURGE: &str = "WaitingForPurge";
+pub const BLOCKED_WAITING_FOR_FENCE: &str = "WaitingForFence";
+/// `FailoverBlocked`: an eviction was due but no other cluster fits, so the copy stays.
+pub const BLOCKED_NO_OTHER_CLUSTER_FITS: &str = "NoOtherClusterFits";
+/// `FailoverBlocked`: `healthyState: Healthy` and the placement was never Healthy.
+pub const BLOCKED_NEVER_HEALTHY: &str = "NeverHealthy";
+/// `FailoverBlocked`: purgeMode Never keeps the old copy until `lifeboatctl confirm-purge`.
+pub const BLOCKED_WAITING_FOR_PURGE_CONFIRMATION: &str = "WaitingForPurgeConfirmation";
+/// Every reason of `FailoverBlocked=True` (an Application failure the policy does not move and an
+/// in-place reset that timed out without application failover use their eviction reasons).
+pub const FAILOVER_BLOCKED_REASONS: [&str; 7] = [
+    BLOCKED_NO_OTHER_CLUSTER_FITS,
+    EVICTION_APPLICATION_FAILURE,
+    BLOCKED_NEVER_HEALTHY,
+    BLOCKED_WAITING_FOR_PURGE,
+    BLOCKED_WAITING_FOR_FENCE,
+    BLOCKED_WAITING_FOR_PURGE_CONFIRMATION,
+    EVICTION_RESET_TIMED_OUT,
+];
+
 /// Annotation asking the hub for one in-place reset: `<cluster>` or `<cluster>/<nonce>` (a new
 /// value asks again). Set by `lifeboatctl reset`.
 pub const ANNOTATION_RESET_REQUEST: &str = "work.lifeboat.dev/reset-request";
@@ -52,8 +78,10 @@ pub const ANNOTATION_RESET_REQUEST: &str = "work.lifeboat.dev/reset-request";
 /// generation it completed. Kept on the object itself, so a restarted agent never repeats a
 /// done reset, and reported to the hub with the object.
 pub const ANNOTATION_RESET_GENERATION: &str = "work.lifeboat.dev/reset-generation";
-/// Annotation confirming the purge of an old copy kept by purgeMode Never: a comma-separated
-/// list of clusters. Set by `lifeboatctl confirm-purge`.
+/// Annotation confirming the purge of an old copy: a comma-separated list of clusters. Set by
+/// `lifeboatctl confirm-purge`. For purgeMode Never it lets the hub remove the copy; for
+/// Directly it is an operator's word that the copy no longer runs (its cluster is lost and the
+/// hub cannot confirm it), so the new copy may be created.
 pub const ANNOTATION_CONFIRM_PURGE: &str = "work.lifeboat.dev/confirm-purge";
 
 /// Scheduled reasons (Karmada's).
@@ -561,6 +589,29 @@ pub struct AggregatedStatusItem {
     /// object and saw it no longer served, with its pods. Cleared by the next report of a copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gone_at: Option<Time>,
+    /// (Lifeboat) Who confirmed the copy gone at `goneAt`: its agent, or the hub itself through
+    /// the member's kube-apiserver with the cluster's fencing credential (the agent was silent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gone_confirmed_by: Option<GoneConfirmedBy>,
+}
+
+/// Who confirmed a withdrawn copy gone.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GoneConfirmedBy {
+    /// The cluster's agent deleted the object and saw it no longer served.
+    Agent,
+    /// The hub deleted it through the member's kube-apiserver (fencing credential) and saw it
+    /// gone, or deleted with every dependent it blocks on gone.
+    Hub,
+}
+
+impl GoneConfirmedBy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GoneConfirmedBy::Agent => "Agent",
+            GoneConfirmedBy::Hub => "Hub",
+        }
+    }
 }
 
 fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {

@@ -18,7 +18,8 @@
 //! (`policy.lifeboat.dev/v1alpha1` PropagationPolicy and ClusterPropagationPolicy, Karmada's field
 //! names), [`binding`] (`work.lifeboat.dev/v1alpha1` ResourceBinding) and [`config`]
 //! (`config.lifeboat.dev/v1alpha1` ResourceInterpreterCustomization) are the hub's CRDs;
-//! [`protocol`] holds the versioned JSON types of the agent ↔ hub API.
+//! [`protocol`] holds the versioned JSON types of the agent ↔ hub API, [`fencing`] the names of
+//! the fencing credential a member gives the hub.
 //!
 //! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary ([`crds`]).
 
@@ -27,6 +28,7 @@ pub mod binding;
 pub mod cluster;
 pub mod config;
 pub mod crds;
+pub mod fencing;
 pub mod health;
 pub mod legacy;
 pub mod policy;

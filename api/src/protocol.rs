@@ -111,6 +111,52 @@ pub struct HeartbeatRequest {
     /// nothing in its cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_api_unreachable_seconds: Option<u64>,
+    /// The fencing credential (see [`FencingCredential`]): sent when the hub's answer shows it
+    /// holds another one (or none), so a dead agent's member can still be fenced by the hub.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_credential: Option<FencingCredential>,
+}
+
+/// A narrowly scoped credential for the member cluster's kube-apiserver, given to the hub so that
+/// it can itself make sure a workload is no longer running there when the agent cannot say so
+/// (the agent is dead, or cut off from the hub): it may only delete objects Lifeboat placed (the
+/// member's RBAC grants `delete` only, and a ValidatingAdmissionPolicy refuses any object without
+/// the binding labels). The hub keeps it in a Secret owned by the Cluster.
+#[derive(Serialize, Deserialize, Clone, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct FencingCredential {
+    /// The member's kube-apiserver as the hub reaches it (`https://...`).
+    pub server: String,
+    /// PEM CA bundle of that server (empty: the hub's trust store).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub certificate_authority: String,
+    /// Bearer token of the member's fencing ServiceAccount.
+    pub token: String,
+}
+
+impl FencingCredential {
+    /// A digest that names this credential without revealing it (hex SHA-256 of its fields).
+    pub fn digest(&self) -> String {
+        let mut h = ring::digest::Context::new(&ring::digest::SHA256);
+        for part in [&self.server, &self.certificate_authority, &self.token] {
+            h.update(&(part.len() as u64).to_be_bytes());
+            h.update(part.as_bytes());
+        }
+        h.finish()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for FencingCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FencingCredential")
+            .field("server", &self.server)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 /// What the hub says back to a heartbeat.
@@ -121,6 +167,10 @@ pub struct HeartbeatResponse {
     /// The Cluster was deleted on the hub: the agent must remove the hub's work and stop.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop: bool,
+    /// [`FencingCredential::digest`] of the fencing credential the hub holds for this cluster
+    /// (absent: none). The agent sends its own when they differ.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fencing_credential_digest: Option<String>,
 }
 
 /// What a member cluster has: the parts of [`crate::cluster::ClusterStatus`] the agent observes.

@@ -3,10 +3,13 @@
 //! - `get bindings [-n NAMESPACE | -A] [-o json]`: each binding's placement, what every cluster
 //!   it is placed on or being evicted from reports (applied, health, failure class, reason) and
 //!   its eviction tasks with what each waits for.
-//! - `confirm-purge NAMESPACE/NAME CLUSTER`: confirms the purge of the old copy a `Never`
-//!   eviction keeps in CLUSTER (adds the cluster to the binding's
-//!   `work.lifeboat.dev/confirm-purge` annotation; the hub removes the copy on its next pass and
-//!   the entry once the purge is done). Refused when the binding has no such eviction.
+//! - `confirm-purge NAMESPACE/NAME CLUSTER`: confirms the purge of an old copy in CLUSTER (adds
+//!   the cluster to the binding's `work.lifeboat.dev/confirm-purge` annotation; the hub removes
+//!   the entry once the purge is done). For a `Never` eviction the hub then removes the copy; for
+//!   a `Directly` eviction whose cluster is lost it is the operator's word that the copy no
+//!   longer runs (the hub could not confirm it), and the hub creates the new copy. Refused when
+//!   the binding has no such eviction. `confirm-purge --all-in CLUSTER` does it for every
+//!   binding with such an eviction from CLUSTER (a whole cluster known to be down).
 //!
 //! Both read the hub cluster through `--kubeconfig` (or `KUBECONFIG`, in-cluster, then
 //! `~/.kube/config`).
@@ -76,9 +79,15 @@ enum Output {
 #[derive(clap::Args)]
 pub struct ConfirmPurgeArgs {
     /// NAMESPACE/NAME of the ResourceBinding.
-    binding: String,
-    /// The cluster whose old copy may now be removed.
-    cluster: String,
+    #[arg(required_unless_present = "all_in", requires = "cluster")]
+    binding: Option<String>,
+    /// The cluster whose old copy may now be removed (Never), or no longer runs (Directly).
+    #[arg(conflicts_with = "all_in")]
+    cluster: Option<String>,
+    /// Every binding with a Never eviction, or a Directly eviction still waiting, from this
+    /// cluster: the whole cluster is known to be down (its old copies no longer run).
+    #[arg(long, value_name = "CLUSTER")]
+    all_in: Option<String>,
     #[command(flatten)]
     hub: HubArgs,
 }
@@ -123,15 +132,52 @@ pub fn run_get(args: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub fn run_confirm_purge(args: ConfirmPurgeArgs) -> anyhow::Result<ExitCode> {
-    let (namespace, name) = parse_binding(&args.binding)?;
-    anyhow::ensure!(!args.cluster.is_empty(), "cluster: the name is empty");
+    if let Some(cluster) = &args.all_in {
+        anyhow::ensure!(!cluster.is_empty(), "--all-in: the cluster name is empty");
+        let messages = runtime()?.block_on(async {
+            let client = hub_client(&args.hub).await?;
+            let bindings = Api::<ResourceBinding>::all(client.clone())
+                .list(&ListParams::default())
+                .await
+                .context("listing ResourceBindings on the hub")?;
+            let mut messages = Vec::new();
+            for b in bindings
+                .items
+                .iter()
+                .filter(|b| awaits_confirmation(b, cluster))
+            {
+                let (namespace, name) = b.key();
+                let api: Api<ResourceBinding> = Api::namespaced(client.clone(), &namespace);
+                messages.push(confirm_purge(&api, &namespace, &name, cluster).await?);
+            }
+            anyhow::Ok(messages)
+        })?;
+        for message in &messages {
+            println!("{message}");
+        }
+        println!(
+            "{} binding(s) with an eviction from {cluster} waiting for a confirmation",
+            messages.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (Some(binding), Some(cluster)) = (&args.binding, &args.cluster) else {
+        anyhow::bail!("give NAMESPACE/NAME CLUSTER, or --all-in CLUSTER");
+    };
+    let (namespace, name) = parse_binding(binding)?;
+    anyhow::ensure!(!cluster.is_empty(), "cluster: the name is empty");
     let message = runtime()?.block_on(async {
         let client = hub_client(&args.hub).await?;
         let api: Api<ResourceBinding> = Api::namespaced(client, namespace);
-        confirm_purge(&api, namespace, name, &args.cluster).await
+        confirm_purge(&api, namespace, name, cluster).await
     })?;
     println!("{message}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The binding has an eviction from `cluster` that a confirmation is for, not confirmed yet.
+fn awaits_confirmation(binding: &ResourceBinding, cluster: &str) -> bool {
+    matches!(confirmation(binding, cluster), Ok(Some(_)))
 }
 
 /// Adds `cluster` to the binding's confirm-purge annotation (a merge patch with the binding's
@@ -165,9 +211,20 @@ pub async fn confirm_purge(
             .await
         {
             Ok(_) => {
-                return Ok(format!(
-                    "confirmed: the hub removes the old copy of {namespace}/{name} in {cluster}"
-                ));
+                let directly = binding
+                    .spec
+                    .graceful_eviction_tasks
+                    .iter()
+                    .any(|t| t.from_cluster == cluster && purge_mode(t) == PurgeMode::Directly);
+                return Ok(if directly {
+                    format!(
+                        "confirmed: the old copy of {namespace}/{name} in {cluster} no longer runs (your word); the hub creates the new copy"
+                    )
+                } else {
+                    format!(
+                        "confirmed: the hub removes the old copy of {namespace}/{name} in {cluster}"
+                    )
+                });
             }
             Err(kube::Error::Api(s)) if s.code == 409 => continue,
             Err(e) => {
@@ -194,7 +251,8 @@ pub fn confirmation(binding: &ResourceBinding, cluster: &str) -> anyhow::Result<
             .collect();
         anyhow::bail!(
             "cluster: ResourceBinding {namespace}/{name} has no eviction from {cluster} (its eviction tasks: {}); \
-             confirm-purge confirms the purge of an old copy that an eviction with purgeMode Never keeps",
+             confirm-purge confirms the purge of an old copy that an eviction with purgeMode Never keeps, \
+             or that a Directly eviction waits for",
             if others.is_empty() {
                 "none".to_string()
             } else {
@@ -202,12 +260,17 @@ pub fn confirmation(binding: &ResourceBinding, cluster: &str) -> anyhow::Result<
             }
         );
     };
-    if purge_mode(task) != PurgeMode::Never {
-        anyhow::bail!(
-            "cluster: the eviction of ResourceBinding {namespace}/{name} from {cluster} has purgeMode {}, not Never: \
+    match purge_mode(task) {
+        PurgeMode::Never => {}
+        PurgeMode::Directly if task.purged_at.is_none() => {}
+        PurgeMode::Directly => anyhow::bail!(
+            "cluster: the old copy of ResourceBinding {namespace}/{name} in {cluster} was already confirmed gone: nothing to confirm"
+        ),
+        mode => anyhow::bail!(
+            "cluster: the eviction of ResourceBinding {namespace}/{name} from {cluster} has purgeMode {}, not Never or Directly: \
              the hub removes that old copy without a confirmation",
-            purge_mode(task).as_str()
-        );
+            mode.as_str()
+        ),
     }
     let mut confirmed = confirmed_purges(binding);
     if !confirmed.insert(cluster.to_string()) {
@@ -374,8 +437,12 @@ fn task_state(
     let cluster = &task.from_cluster;
     match purge_mode(task) {
         PurgeMode::Directly => match &task.purged_at {
+            None if confirmed => {
+                format!("the purge is confirmed: the old copy in {cluster} counts as gone")
+            }
             None => format!(
-                "the new copy waits until the old one in {cluster} is reported gone or {cluster} is fenced"
+                "the new copy waits until the old one in {cluster} is confirmed gone (by its agent, the hub's fence, \
+                 or `lifeboatctl confirm-purge {namespace}/{name} {cluster}`)"
             ),
             Some(at) => format!(
                 "the old copy was gone at {}; the task ends when the new placement is Healthy",
@@ -621,7 +688,7 @@ mod tests {
     }
 
     #[test]
-    fn a_purge_is_confirmed_only_for_a_never_eviction() {
+    fn a_purge_is_confirmed_for_a_never_eviction_or_a_waiting_directly_one() {
         let mut b = binding();
         assert_eq!(
             confirmation(&b, "member-1").unwrap().as_deref(),
@@ -645,9 +712,32 @@ mod tests {
             v.eviction_tasks[0].state,
             "the purge is confirmed: the old copy in member-1 goes"
         );
+        // member-3's Directly copy was confirmed gone already
         let e = format!("{:#}", confirmation(&b, "member-3").unwrap_err());
+        assert!(e.contains("was already confirmed gone"), "{e}");
+        assert!(!awaits_confirmation(&b, "member-3"));
+        // ... while it waits, an operator may confirm it (a lost cluster the hub cannot fence)
+        let mut waiting = b.clone();
+        waiting.spec.graceful_eviction_tasks[1].purged_at = None;
+        waiting.metadata.annotations = None;
+        assert_eq!(
+            confirmation(&waiting, "member-3").unwrap().as_deref(),
+            Some("member-3")
+        );
+        assert!(awaits_confirmation(&waiting, "member-3"));
+        let v = view(&waiting, &at("2026-11-23T10:02:00Z"));
         assert!(
-            e.contains("member-3 has purgeMode Directly, not Never"),
+            v.eviction_tasks[1]
+                .state
+                .contains("lifeboatctl confirm-purge ml/train-appwrapper member-3"),
+            "{}",
+            v.eviction_tasks[1].state
+        );
+        // a Gracefully eviction needs none
+        waiting.spec.graceful_eviction_tasks[1].purge_mode = Some(PurgeMode::Gracefully);
+        let e = format!("{:#}", confirmation(&waiting, "member-3").unwrap_err());
+        assert!(
+            e.contains("purgeMode Gracefully, not Never or Directly"),
             "{e}"
         );
         let e = format!("{:#}", confirmation(&b, "member-2").unwrap_err());
@@ -699,12 +789,24 @@ mod tests {
             panic!("confirm-purge");
         };
         assert_eq!(
-            (c.binding.as_str(), c.cluster.as_str()),
-            ("ml/train-appwrapper", "member-1")
+            (c.binding.as_deref(), c.cluster.as_deref()),
+            (Some("ml/train-appwrapper"), Some("member-1"))
         );
         assert!(
             parse(&["confirm-purge", "ml/train-appwrapper"]).is_err(),
             "the cluster is required"
         );
+        let Ok(Cli {
+            command: Command::ConfirmPurge(c),
+        }) = parse(&["confirm-purge", "--all-in", "member-1"])
+        else {
+            panic!("confirm-purge --all-in");
+        };
+        assert_eq!((c.binding, c.all_in.as_deref()), (None, Some("member-1")));
+        assert!(
+            parse(&["confirm-purge", "ml/a", "member-1", "--all-in", "member-1"]).is_err(),
+            "one binding or all of a cluster's"
+        );
+        assert!(parse(&["confirm-purge"]).is_err(), "something to confirm");
     }
 }

@@ -33,6 +33,7 @@ use crate::dispatch;
 use crate::failover::{self, AppliedReset};
 use crate::failover_phase::{self, EvictionRateLimiter};
 use crate::failover_record::{FailoverRecorder, PassRecord};
+use crate::fencer::{FenceHandle, FenceRequest};
 use crate::interpreters::InterpreterHandle;
 use crate::placement::{Placer, Unschedulable};
 use crate::processor::SharedState;
@@ -96,6 +97,8 @@ pub struct BinderMetrics {
     pub reconciles: prometheus::IntCounterVec,
     pub scheduling_seconds: prometheus::Histogram,
     pub bindings: prometheus::IntGaugeVec,
+    /// Bindings whose `FailoverBlocked` condition is True now, by its reason.
+    pub blocked: prometheus::IntGaugeVec,
 }
 
 impl BinderMetrics {
@@ -123,13 +126,25 @@ impl BinderMetrics {
             ),
             &["state"],
         )?;
+        let blocked = prometheus::IntGaugeVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_bindings_failover_blocked",
+                "Bindings whose FailoverBlocked condition is True now, by its reason (WaitingForFence: a Directly failover waits for evidence that the old copy no longer runs)",
+            ),
+            &["reason"],
+        )?;
+        for reason in api_binding::FAILOVER_BLOCKED_REASONS {
+            blocked.with_label_values(&[reason]);
+        }
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(scheduling_seconds.clone()))?;
         registry.register(Box::new(bindings.clone()))?;
+        registry.register(Box::new(blocked.clone()))?;
         Ok(BinderMetrics {
             reconciles,
             scheduling_seconds,
             bindings,
+            blocked,
         })
     }
 }
@@ -178,6 +193,8 @@ pub struct Binder {
     recorder: Option<FailoverRecorder>,
     /// What decisions read of each Cluster last time ([`decision_fingerprint`]).
     cluster_fingerprints: Mutex<HashMap<String, u64>>,
+    /// Asked to fence the old copy of a `Directly` eviction whose cluster cannot say it is gone.
+    fencer: Option<FenceHandle>,
 }
 
 /// A hash of everything placement and failover read of a Cluster: all of it but the heartbeat
@@ -258,7 +275,15 @@ impl Binder {
             status_view: None,
             recorder: None,
             cluster_fingerprints: Mutex::new(HashMap::new()),
+            fencer: None,
         }
+    }
+
+    /// Fences (the hub's own deletion through a member's kube-apiserver) the old copies that
+    /// `Directly` evictions wait for on clusters that are not Ready.
+    pub fn with_fencer(mut self, fencer: FenceHandle) -> Binder {
+        self.fencer = Some(fencer);
+        self
     }
 
     /// Records placements and failovers (ledger, Events, metrics).
@@ -587,6 +612,7 @@ impl Binder {
         self.dispatch(&binding, &template_json)?;
         self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
             .await?;
+        self.ask_for_fences(&binding, &blocked);
         self.prune_confirmations(&binding).await?;
         if let Some(recorder) = &self.recorder {
             recorder
@@ -977,6 +1003,31 @@ impl Binder {
         Ok(())
     }
 
+    /// Asks the fencer to delete each old copy a `Directly` eviction waits for on a cluster that
+    /// cannot say it is gone (`WaitingForFence`).
+    fn ask_for_fences(&self, binding: &ResourceBinding, blocked: &[failover::Blocked]) {
+        let Some(fencer) = &self.fencer else { return };
+        let (namespace, name) = binding.key();
+        let resource = &binding.spec.resource;
+        for b in blocked
+            .iter()
+            .filter(|b| b.reason == api_binding::BLOCKED_WAITING_FOR_FENCE)
+        {
+            fencer.request(FenceRequest {
+                cluster: b.cluster.clone(),
+                key: WorkKey {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                },
+                binding_uid: binding.metadata.uid.clone().unwrap_or_default(),
+                api_version: resource.api_version.clone(),
+                kind: resource.kind.clone(),
+                namespace: (!resource.namespace.is_empty()).then(|| resource.namespace.clone()),
+                name: resource.name.clone(),
+            });
+        }
+    }
+
     /// Counts bindings by state for the `lifeboat_hub_bindings` gauge.
     pub fn update_binding_gauges(&self) {
         let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
@@ -990,7 +1041,17 @@ impl Binder {
         ] {
             counts.insert(state, 0);
         }
+        let mut blocked: BTreeMap<String, i64> = api_binding::FAILOVER_BLOCKED_REASONS
+            .iter()
+            .map(|r| (r.to_string(), 0))
+            .collect();
         for b in self.caches.bindings.state() {
+            if let Some(c) = b
+                .condition(api_binding::CONDITION_FAILOVER_BLOCKED)
+                .filter(|c| c.status == "True")
+            {
+                *blocked.entry(c.reason.clone()).or_default() += 1;
+            }
             let status = |t: &str| b.condition(t).map(|c| c.status.clone());
             match status(CONDITION_SCHEDULED).as_deref() {
                 Some("True") => *counts.entry("Scheduled").or_default() += 1,
@@ -1008,6 +1069,9 @@ impl Binder {
         }
         for (state, n) in counts {
             self.metrics.bindings.with_label_values(&[state]).set(n);
+        }
+        for (reason, n) in blocked {
+            self.metrics.blocked.with_label_values(&[&reason]).set(n);
         }
     }
 }
@@ -1212,7 +1276,7 @@ fn failover_step(
         return FailoverStep::default();
     }
     let now = inputs.now;
-    let states = failover_phase::cluster_states(inputs.clusters, now);
+    let states = failover_phase::cluster_states(inputs.clusters);
     // Whether the workload still fits in its cluster (a node notice moves an AppWrapper only
     // when it does not).
     let fits = |name: &str| {

@@ -25,7 +25,8 @@
 //!   or which is deleted, loses its placements (cluster failover).
 //! - Eviction tasks settle: Gracefully when the new placement is Healthy or the grace period is
 //!   over (never vacuously when nothing else was placed); Never when the purge is confirmed;
-//!   Directly once the old copy is confirmed gone (or its cluster fenced), and then as Gracefully.
+//!   Directly once the old copy is confirmed gone (its agent's or the hub's own gone report, an
+//!   operator's confirmation, the Cluster deleted: never on time alone), and then as Gracefully.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -34,10 +35,12 @@ use jsonpath_rust::JsonPath;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use lifeboat_api::binding::{
-    ANNOTATION_RESET_REQUEST, AggregatedStatusItem, EVICTION_APPLICATION_FAILURE,
-    EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE, EVICTION_PRODUCER,
-    EVICTION_RESET_TIMED_OUT, EvictionRecord, GracefulEvictionTask, InPlaceResetRecord,
-    MAX_EVICTION_HISTORY, ResourceBinding, ResourceBindingSpec, ResourceHealth,
+    ANNOTATION_RESET_REQUEST, AggregatedStatusItem, BLOCKED_NEVER_HEALTHY,
+    BLOCKED_WAITING_FOR_FENCE, BLOCKED_WAITING_FOR_PURGE, BLOCKED_WAITING_FOR_PURGE_CONFIRMATION,
+    EVICTION_APPLICATION_FAILURE, EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE,
+    EVICTION_PRODUCER, EVICTION_RESET_TIMED_OUT, EvictionRecord, GoneConfirmedBy,
+    GracefulEvictionTask, InPlaceResetRecord, MAX_EVICTION_HISTORY, ResourceBinding,
+    ResourceBindingSpec, ResourceHealth,
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::policy::{
@@ -57,13 +60,9 @@ const NODE_NOTICE_REASONS: &[&str] = &["SpotReclamation", "AutopilotNoExecute"];
 pub struct ClusterState {
     /// Since when its Ready condition has not been True (lease expired), if it is not.
     pub not_ready_since: Option<Time>,
-    /// The Cluster is deleted (or being deleted) on the hub.
+    /// The Cluster is deleted (or being deleted) on the hub: an operator's act that takes the
+    /// cluster out of the fleet (its agent is told to remove the hub's work and stop).
     pub deleted: bool,
-    /// Lost for the lease duration plus its agent's fencing period: its agent has suspended the
-    /// workloads that must never run twice.
-    pub fenced: bool,
-    /// When it counts as fenced if it stays lost (not Ready and its agent fences).
-    pub fenced_at: Option<Time>,
 }
 
 /// The decision's inputs besides the binding.
@@ -316,7 +315,7 @@ fn application_failover(
         {
             decision.blocked.push(Blocked {
                 cluster: name.to_string(),
-                reason: "NeverHealthy",
+                reason: BLOCKED_NEVER_HEALTHY,
                 message: format!(
                     "the workload was never Healthy in {name}; preConditions.healthyState leaves this failure to the cluster"
                 ),
@@ -725,11 +724,42 @@ pub fn prune_history(history: &mut Vec<EvictionRecord>, now: &Time) {
     }
 }
 
+/// What shows that a `Directly` eviction's old copy no longer runs. Time alone never does: a
+/// cluster that has been silent for long may still run its pods (a dead agent suspends
+/// nothing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PurgeEvidence {
+    /// The cluster's agent deleted the copy and saw it gone.
+    Agent,
+    /// The hub deleted it through the member's kube-apiserver (the cluster's fencing
+    /// credential) and saw it gone.
+    Hub,
+    /// An operator confirmed it (`lifeboatctl confirm-purge`).
+    Operator,
+    /// The Cluster was deleted on the hub.
+    ClusterDeleted,
+}
+
+impl PurgeEvidence {
+    /// For the ledger and Events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PurgeEvidence::Agent => "agent",
+            PurgeEvidence::Hub => "hub-fence",
+            PurgeEvidence::Operator => "operator",
+            PurgeEvidence::ClusterDeleted => "cluster-deleted",
+        }
+    }
+}
+
 /// A change to an eviction task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TaskChange {
-    /// The old copy is gone (or its cluster fenced): the new copy may be created.
-    Purged { cluster: String },
+    /// The old copy is confirmed gone: the new copy may be created.
+    Purged {
+        cluster: String,
+        evidence: PurgeEvidence,
+    },
     /// The task is done: its old copy (if kept) is removed now.
     Remove { cluster: String, why: String },
 }
@@ -766,7 +796,7 @@ pub fn settle_tasks(
                 } else {
                     decision.blocked.push(Blocked {
                         cluster: cluster.clone(),
-                        reason: "WaitingForPurgeConfirmation",
+                        reason: BLOCKED_WAITING_FOR_PURGE_CONFIRMATION,
                         message: format!(
                             "the old copy in {cluster} stays until `lifeboatctl confirm-purge` (purgeMode Never)"
                         ),
@@ -791,21 +821,14 @@ pub fn settle_tasks(
             PurgeMode::Directly => {
                 if task.purged_at.is_none() {
                     let state = ctx.clusters.get(&cluster);
-                    let gone = old_copy_gone(binding, &cluster, &created);
-                    let fenced = state.is_none_or(|s| s.deleted || s.fenced);
-                    if gone || fenced {
-                        changes.push(TaskChange::Purged { cluster });
+                    if let Some(evidence) =
+                        purge_evidence(binding, &cluster, &created, state, confirmed)
+                    {
+                        changes.push(TaskChange::Purged { cluster, evidence });
                     } else {
-                        if let Some(at) = state.and_then(|s| s.fenced_at.clone()) {
-                            decision.wake_at(at);
-                        }
-                        decision.blocked.push(Blocked {
-                            cluster: cluster.clone(),
-                            reason: "WaitingForPurge",
-                            message: format!(
-                                "the new copy waits until the old one in {cluster} is confirmed gone or its cluster is fenced (purgeMode Directly)"
-                            ),
-                        });
+                        decision
+                            .blocked
+                            .push(waiting_for_purge(binding, &cluster, state));
                     }
                 } else if new_placement_healthy {
                     changes.push(TaskChange::Remove {
@@ -847,20 +870,83 @@ pub fn new_placement_healthy(binding: &ResourceBinding) -> bool {
         })
 }
 
-/// The agent reported the old copy gone after the eviction (a gone report, taken only for work
-/// the hub withdrew from that cluster: an `applied: false` report of a copy whose update failed
-/// is not one, its object may still run).
-fn old_copy_gone(binding: &ResourceBinding, cluster: &str, evicted_at: &Time) -> bool {
-    binding.cluster_status(cluster).is_some_and(|item| {
-        !item.applied && item.gone_at.as_ref().is_some_and(|t| t.0 >= evicted_at.0)
-    })
+/// The evidence that a `Directly` eviction's old copy in `cluster` no longer runs, if there is
+/// any: a gone report after the eviction (from the agent, or from the hub's own fence), the
+/// Cluster deleted, or an operator's confirmation.
+fn purge_evidence(
+    binding: &ResourceBinding,
+    cluster: &str,
+    evicted_at: &Time,
+    state: Option<&ClusterState>,
+    confirmed: &BTreeSet<String>,
+) -> Option<PurgeEvidence> {
+    if let Some(by) = old_copy_gone(binding, cluster, evicted_at) {
+        return Some(match by {
+            GoneConfirmedBy::Agent => PurgeEvidence::Agent,
+            GoneConfirmedBy::Hub => PurgeEvidence::Hub,
+        });
+    }
+    if state.is_none_or(|s| s.deleted) {
+        return Some(PurgeEvidence::ClusterDeleted);
+    }
+    confirmed
+        .contains(cluster)
+        .then_some(PurgeEvidence::Operator)
+}
+
+/// Why a `Directly` eviction's new copy still waits: the old copy's agent is deleting it, or
+/// (its cluster not Ready) nobody there can say it is gone.
+fn waiting_for_purge(
+    binding: &ResourceBinding,
+    cluster: &str,
+    state: Option<&ClusterState>,
+) -> Blocked {
+    let not_ready_since = state.and_then(|s| s.not_ready_since.as_ref());
+    let Some(since) = not_ready_since else {
+        return Blocked {
+            cluster: cluster.to_string(),
+            reason: BLOCKED_WAITING_FOR_PURGE,
+            message: format!(
+                "the new copy waits until the agent in {cluster} confirms the old one gone (purgeMode Directly)"
+            ),
+        };
+    };
+    let (namespace, name) = (
+        binding.metadata.namespace.as_deref().unwrap_or_default(),
+        binding.metadata.name.as_deref().unwrap_or_default(),
+    );
+    Blocked {
+        cluster: cluster.to_string(),
+        reason: BLOCKED_WAITING_FOR_FENCE,
+        message: format!(
+            "the new copy waits for evidence that the old one in {cluster} no longer runs (purgeMode Directly): \
+             {cluster} is not Ready since {}, so its agent cannot confirm it; the hub deletes it through the member's \
+             kube-apiserver if the cluster gave a fencing credential, or `lifeboatctl confirm-purge {namespace}/{name} {cluster}` \
+             confirms it by hand",
+            since.0
+        ),
+    }
+}
+
+/// Who reported the old copy gone after the eviction (a gone report, taken only for work the
+/// hub withdrew from that cluster: an `applied: false` report of a copy whose update failed is
+/// not one, its object may still run).
+fn old_copy_gone(
+    binding: &ResourceBinding,
+    cluster: &str,
+    evicted_at: &Time,
+) -> Option<GoneConfirmedBy> {
+    binding
+        .cluster_status(cluster)
+        .filter(|item| !item.applied && item.gone_at.as_ref().is_some_and(|t| t.0 >= evicted_at.0))
+        .map(|item| item.gone_confirmed_by.unwrap_or(GoneConfirmedBy::Agent))
 }
 
 /// Applies task changes to the spec.
 pub fn apply_task_changes(spec: &mut ResourceBindingSpec, changes: &[TaskChange], now: &Time) {
     for change in changes {
         match change {
-            TaskChange::Purged { cluster } => {
+            TaskChange::Purged { cluster, .. } => {
                 if let Some(task) = spec
                     .graceful_eviction_tasks
                     .iter_mut()

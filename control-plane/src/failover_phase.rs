@@ -21,7 +21,7 @@ use crate::status::condition;
 
 /// Reason of `FailoverBlocked` when an eviction was decided but no other cluster fits: the old
 /// copy stays (karmada#7455 deletes it).
-pub const REASON_NO_OTHER_CLUSTER: &str = "NoOtherClusterFits";
+pub const REASON_NO_OTHER_CLUSTER: &str = lifeboat_api::binding::BLOCKED_NO_OTHER_CLUSTER_FITS;
 /// Reason of `FailoverBlocked=False` once nothing blocks a failover any more.
 pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
 
@@ -39,55 +39,28 @@ pub(crate) fn end_of_written_second(t: &Time) -> Time {
     )
 }
 
-/// The clusters as the failover decision sees them at `now`: since when each has not been
-/// Ready, whether it is being deleted, and whether it is fenced.
+/// The clusters as the failover decision sees them: since when each has not been Ready, and
+/// whether it is being deleted.
 ///
-/// Fenced: not Ready for its agent's fencing period. Ready leaves True only once the agent's
-/// lease has run out after its last renewal, or when a heartbeat says the member's apiserver
-/// does not answer; the agent fences a fencing period after its last contact with the hub, and
-/// such heartbeats are no contact for it, so by then its `Directly` works have been suspended
-/// (as far as an agent can with no apiserver). A cluster whose agent reported no fencing period
-/// is never fenced.
-pub fn cluster_states(clusters: &[Arc<Cluster>], now: &Time) -> BTreeMap<String, ClusterState> {
+/// No time makes a lost cluster's copies count as gone (a dead agent suspends nothing, and pods
+/// keep running on their kubelets): a `Directly` eviction waits for evidence
+/// ([`failover::PurgeEvidence`]).
+pub fn cluster_states(clusters: &[Arc<Cluster>]) -> BTreeMap<String, ClusterState> {
     clusters
         .iter()
         .map(|c| {
-            let status = c.status.as_ref();
-            let ready =
-                status.and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
+            let ready = c
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
             let not_ready_since = ready
                 .filter(|r| r.status != "True")
                 .map(|r| end_of_written_second(&r.last_transition_time));
-            // An agent that still reaches the hub but not its own apiserver cannot suspend
-            // anything: such a cluster is never counted as fenced (a Directly eviction waits).
-            let member_api_down = ready.is_some_and(|r| {
-                r.status != "True"
-                    && r.reason == lifeboat_api::cluster::REASON_MEMBER_API_UNREACHABLE
-            });
-            let fencing = status
-                .and_then(|s| s.agent.as_ref())
-                .and_then(|a| a.fencing_period_seconds)
-                .filter(|s| *s > 0 && !member_api_down);
-            let fenced_at = not_ready_since
-                .as_ref()
-                .zip(fencing)
-                .map(|(since, seconds)| {
-                    Time(
-                        since
-                            .0
-                            .checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i64::from(
-                                seconds,
-                            )))
-                            .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
-                    )
-                });
             (
                 c.name_any(),
                 ClusterState {
                     not_ready_since,
                     deleted: c.metadata.deletion_timestamp.is_some(),
-                    fenced: fenced_at.as_ref().is_some_and(|at| now.0 >= at.0),
-                    fenced_at,
                 },
             )
         })
@@ -110,8 +83,9 @@ pub fn confirmed_purges(binding: &ResourceBinding) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// The confirm-purge annotation's clusters that still have a `Never` eviction task, when some
-/// do not (`None`: nothing to prune; an empty list: the annotation goes). A confirmation whose
+/// The confirm-purge annotation's clusters that still have an eviction task waiting for it (a
+/// `Never` task, or a `Directly` task whose old copy is not confirmed gone yet), when some do
+/// not (`None`: nothing to prune; an empty list: the annotation goes). A confirmation whose
 /// purge is done (or that came before any such eviction) must not confirm a later eviction from
 /// that cluster in advance.
 pub fn pruned_confirmations(binding: &ResourceBinding) -> Option<Vec<String>> {
@@ -120,7 +94,11 @@ pub fn pruned_confirmations(binding: &ResourceBinding) -> Option<Vec<String>> {
         .spec
         .graceful_eviction_tasks
         .iter()
-        .filter(|t| t.purge_mode == Some(PurgeMode::Never))
+        .filter(|t| match t.purge_mode {
+            Some(PurgeMode::Never) => true,
+            Some(PurgeMode::Directly) => t.purged_at.is_none(),
+            _ => false,
+        })
         .map(|t| t.from_cluster.as_str())
         .collect();
     let kept: Vec<String> = confirmed
@@ -313,55 +291,15 @@ mod tests {
 
     #[test]
     fn clusters_not_ready_count_from_the_ready_transition() {
-        let states = cluster_states(
-            &[
-                cluster("a", Some(("True", 5)), false),
-                cluster("b", Some(("Unknown", 7)), false),
-                cluster("c", None, true),
-            ],
-            &at(10),
-        );
+        let states = cluster_states(&[
+            cluster("a", Some(("True", 5)), false),
+            cluster("b", Some(("Unknown", 7)), false),
+            cluster("c", None, true),
+        ]);
         assert_eq!(states["a"], ClusterState::default());
         // Written as second 7: counted from the end of that second.
         assert_eq!(states["b"].not_ready_since, Some(at(8)));
         assert!(states["c"].deleted && states["c"].not_ready_since.is_none());
-    }
-
-    #[test]
-    fn a_lost_cluster_is_fenced_a_fencing_period_after_its_ready_condition_left_true() {
-        let with_fencing = |name, ready: (&str, i64), seconds: Option<i32>| {
-            let mut c = (*cluster(name, Some(ready), false)).clone();
-            if let Some(status) = c.status.as_mut() {
-                status.agent = Some(lifeboat_api::cluster::AgentInfo {
-                    fencing_period_seconds: seconds,
-                    ..Default::default()
-                });
-            }
-            Arc::new(c)
-        };
-        let clusters = [
-            with_fencing("lost", ("Unknown", 100), Some(60)),
-            with_fencing("ready", ("True", 100), Some(60)),
-            with_fencing("no-fencing", ("Unknown", 100), None),
-        ];
-        // Ready=False because the agent cannot reach its apiserver: never fenced.
-        let mut unreachable_api = (*with_fencing("api-down", ("False", 100), Some(60))).clone();
-        if let Some(status) = unreachable_api.status.as_mut() {
-            status.conditions[0].reason =
-                lifeboat_api::cluster::REASON_MEMBER_API_UNREACHABLE.into();
-        }
-        let api_down = cluster_states(&[Arc::new(unreachable_api)], &at(1000));
-        assert!(!api_down["api-down"].fenced && api_down["api-down"].fenced_at.is_none());
-        // Not Ready since the end of second 100 (written as 100), fenced 60 s later.
-        let before = cluster_states(&clusters, &at(160));
-        assert_eq!(before["lost"].fenced_at, Some(at(161)));
-        assert!(!before["lost"].fenced);
-        let after = cluster_states(&clusters, &at(161));
-        assert!(after["lost"].fenced);
-        for name in ["ready", "no-fencing"] {
-            assert_eq!(after[name].fenced_at, None, "{name}");
-            assert!(!after[name].fenced, "{name}");
-        }
     }
 
     #[test]
@@ -394,8 +332,16 @@ mod tests {
         // a's purge is done: its confirmation goes, b's stays
         b.spec.graceful_eviction_tasks.remove(0);
         assert_eq!(pruned_confirmations(&b), Some(vec!["b".to_string()]));
-        // a Directly task is not one a confirmation is for
+        // a Directly task whose old copy is not confirmed gone yet waits for it too (a's still
+        // goes)
         b.spec.graceful_eviction_tasks[0].purge_mode = Some(PurgeMode::Directly);
+        assert_eq!(pruned_confirmations(&b), Some(vec!["b".to_string()]));
+        // once purged, it does not
+        b.spec.graceful_eviction_tasks[0].purged_at = Some(at(3));
+        assert_eq!(pruned_confirmations(&b), Some(vec![]));
+        // nor a Gracefully task
+        b.spec.graceful_eviction_tasks[0].purged_at = None;
+        b.spec.graceful_eviction_tasks[0].purge_mode = Some(PurgeMode::Gracefully);
         assert_eq!(pruned_confirmations(&b), Some(vec![]));
         // no annotation: nothing to do
         b.metadata.annotations = None;

@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use lifeboat_api::binding::{GracefulEvictionTask, ResourceBinding};
 use serde_json::json;
 
-use crate::failover::{AppliedReset, Blocked, Eviction, TaskChange};
+use crate::failover::{AppliedReset, Blocked, Eviction, PurgeEvidence, TaskChange};
 use crate::ledger::feed::ledger_time;
 use crate::ledger::{BindingRef, EventKind, LedgerEvent, LedgerFeed};
 
@@ -70,7 +70,7 @@ impl FailoverMetrics {
         let blocked = prometheus::IntCounterVec::new(
             prometheus::Opts::new(
                 "lifeboat_hub_failovers_blocked_total",
-                "Failovers that were due but blocked (NoOtherClusterFits, ApplicationFailure, NeverHealthy, WaitingForPurge, WaitingForPurgeConfirmation, InPlaceResetTimedOut), counted when the block begins",
+                "Failovers that were due but blocked (NoOtherClusterFits, ApplicationFailure, NeverHealthy, WaitingForPurge, WaitingForFence, WaitingForPurgeConfirmation, InPlaceResetTimedOut), counted when the block begins",
             ),
             &["reason"],
         )?;
@@ -93,6 +93,9 @@ impl FailoverMetrics {
             for class in lifeboat_api::health::FailureClass::ALL {
                 failovers.with_label_values(&[reason, class.as_str()]);
             }
+        }
+        for reason in lifeboat_api::binding::FAILOVER_BLOCKED_REASONS {
+            blocked.with_label_values(&[reason]);
         }
         for reason in [
             crate::failover::RESET_FAILURE,
@@ -212,10 +215,11 @@ pub fn settled_event(binding: &ResourceBinding, change: &TaskChange, now: &Time)
     let event =
         LedgerEvent::new(EventKind::Decision, ledger_time(now)).with_binding(binding_ref(binding));
     match change {
-        TaskChange::Purged { cluster } => event
+        TaskChange::Purged { cluster, evidence } => event
             .with_cluster(cluster)
             .with_to(PURGED)
-            .with_reason("OldCopyGone"),
+            .with_reason("OldCopyGone")
+            .with_detail("by", evidence.as_str()),
         TaskChange::Remove { cluster, why } => event
             .with_cluster(cluster)
             .with_to(TASK_DONE)
@@ -425,6 +429,10 @@ impl FailoverRecorder {
                 self.metrics.duration.observe(seconds);
             }
             self.ledger(settled_event(pass.after, change, now)).await;
+            if let TaskChange::Purged { cluster, evidence } = change {
+                self.publish(&pass, purged_k8s_event(cluster, *evidence), false)
+                    .await;
+            }
         }
         for blocked in newly_blocked(pass.before, pass.blocked) {
             self.metrics
@@ -439,6 +447,28 @@ impl FailoverRecorder {
             )
             .await;
         }
+    }
+}
+
+/// The Event of a `Directly` eviction's old copy confirmed gone, saying by what (the new copy is
+/// created now).
+pub fn purged_k8s_event(cluster: &str, evidence: PurgeEvidence) -> Event {
+    let by = match evidence {
+        PurgeEvidence::Agent => "its agent deleted it",
+        PurgeEvidence::Hub => {
+            "the hub deleted it through the member's kube-apiserver with the cluster's fencing credential (its agent is silent)"
+        }
+        PurgeEvidence::Operator => "an operator confirmed it (lifeboatctl confirm-purge)",
+        PurgeEvidence::ClusterDeleted => "the Cluster was deleted",
+    };
+    Event {
+        type_: EventType::Normal,
+        reason: PURGED.into(),
+        note: Some(truncate_note(format!(
+            "the old copy in {cluster} is gone ({by}): the new copy may be created"
+        ))),
+        action: "Purge".into(),
+        secondary: None,
     }
 }
 
@@ -587,10 +617,12 @@ mod tests {
             &b,
             &TaskChange::Purged {
                 cluster: "a".into(),
+                evidence: crate::failover::PurgeEvidence::Hub,
             },
             &at(2),
         );
         assert_eq!(purged.to.as_deref(), Some(PURGED));
+        assert_eq!(purged.details["by"], "hub-fence");
         let done = settled_event(
             &b,
             &TaskChange::Remove {

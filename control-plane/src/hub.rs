@@ -501,11 +501,21 @@ async fn lead(
         AgentApiDeps {
             client: client.clone(),
             work: work.clone(),
-            intake,
+            intake: intake.clone(),
             leadership: leader_rx.clone(),
             registry: registry.clone(),
         },
     )?;
+    // The hub's own fence (a Directly eviction's old copy on a cluster that cannot say it is
+    // gone), with the fencing credentials the agents gave.
+    let fencer = crate::fencer::spawn(crate::fencer::FencerDeps {
+        credentials: api.fencing_credentials(),
+        namespace: options.agent_api.namespace.clone(),
+        work: work.clone(),
+        intake,
+        leadership: leader_rx.clone(),
+        metrics: crate::fencer::FencerMetrics::new(&registry)?,
+    });
     let listener = tokio::net::TcpListener::bind(options.agent_api_bind)
         .await
         .map_err(|source| HubError::Listen {
@@ -561,6 +571,7 @@ async fn lead(
         )
         .with_cluster_eviction_rate(options.cluster_eviction_rate)
         .with_status_view(status_view)
+        .with_fencer(fencer)
         .with_recorder(FailoverRecorder::new(
             Some(ledger.clone()),
             Some(client.clone()),

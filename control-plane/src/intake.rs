@@ -2,6 +2,7 @@
 //! batch of status reports over a bounded channel and waits for the per-item verdict (taken, or
 //! rejected with why: not assigned to this cluster, another binding UID, stale).
 
+use lifeboat_api::binding::GoneConfirmedBy;
 use lifeboat_api::protocol::{StatusReport, StatusResponse};
 use tokio::sync::{mpsc, oneshot};
 
@@ -10,6 +11,20 @@ use tokio::sync::{mpsc, oneshot};
 pub struct StatusBatch {
     pub cluster: String,
     pub report: StatusReport,
+    /// Who stands behind the batch's gone reports: the cluster's agent, or the hub's own fence
+    /// ([`crate::fencer`]), which saw the copy gone through the member's kube-apiserver.
+    pub gone_confirmed_by: GoneConfirmedBy,
+}
+
+impl StatusBatch {
+    /// A batch from the cluster's agent.
+    pub fn from_agent(cluster: String, report: StatusReport) -> StatusBatch {
+        StatusBatch {
+            cluster,
+            report,
+            gone_confirmed_by: GoneConfirmedBy::Agent,
+        }
+    }
 }
 
 /// A batch waiting for its verdict.
@@ -89,20 +104,20 @@ mod tests {
             });
         });
         let verdict = intake
-            .submit(StatusBatch {
-                cluster: "m1".into(),
-                report: StatusReport::default(),
-            })
+            .submit(StatusBatch::from_agent(
+                "m1".into(),
+                StatusReport::default(),
+            ))
             .await
             .unwrap();
         assert_eq!(verdict.accepted, 1);
         processor.await.unwrap();
         // the processor is gone: submissions fail instead of hanging
         let err = intake
-            .submit(StatusBatch {
-                cluster: "m1".into(),
-                report: StatusReport::default(),
-            })
+            .submit(StatusBatch::from_agent(
+                "m1".into(),
+                StatusReport::default(),
+            ))
             .await
             .unwrap_err();
         assert_eq!(err, IntakeError::Closed);

@@ -21,6 +21,7 @@ pub mod dispatch;
 pub mod failover;
 pub mod failover_phase;
 pub mod failover_record;
+pub mod fencer;
 pub mod hub;
 pub mod intake;
 pub mod interpreters;

@@ -20,7 +20,9 @@ use std::time::Instant;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
-use lifeboat_api::binding::{AggregatedStatusItem, ResourceBinding, ResourceHealth};
+use lifeboat_api::binding::{
+    AggregatedStatusItem, GoneConfirmedBy, ResourceBinding, ResourceHealth,
+};
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::protocol::{ObservedObject, RejectedItem, StatusResponse, WorkKey, WorkStatus};
 use lifeboat_interpreter::HealthState;
@@ -346,6 +348,7 @@ impl StatusState {
             };
             match self.take(
                 &batch.cluster,
+                batch.gone_confirmed_by,
                 report,
                 work,
                 &binding,
@@ -379,6 +382,7 @@ impl StatusState {
     fn take(
         &mut self,
         cluster: &str,
+        gone_confirmed_by: GoneConfirmedBy,
         report: &WorkStatus,
         work: &WorkStore,
         binding: &impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
@@ -425,7 +429,8 @@ impl StatusState {
         }
         if report.gone {
             tracked.interpreted.remove(cluster);
-            let update = status::gone_item(tracked.items.get(cluster), cluster, now);
+            let update =
+                status::gone_item(tracked.items.get(cluster), cluster, gone_confirmed_by, now);
             return Ok(tracked.record(cluster, report, update, now, displaced));
         }
         let (verdict, reflected) = match &report.observed {
@@ -1097,10 +1102,7 @@ mod tests {
     }
 
     fn batch(cluster: &str, items: Vec<WorkStatus>) -> StatusBatch {
-        StatusBatch {
-            cluster: cluster.into(),
-            report: StatusReport { items, full: false },
-        }
+        StatusBatch::from_agent(cluster.into(), StatusReport { items, full: false })
     }
 
     #[test]

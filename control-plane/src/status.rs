@@ -10,7 +10,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use lifeboat_api::binding::{
-    AggregatedStatusItem, CONDITION_FULLY_APPLIED, CONDITION_HEALTHY, ResourceHealth, TargetCluster,
+    AggregatedStatusItem, CONDITION_FULLY_APPLIED, CONDITION_HEALTHY, GoneConfirmedBy,
+    ResourceHealth, TargetCluster,
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::protocol::WorkStatus;
@@ -126,6 +127,7 @@ pub fn next_item(
             previous.and_then(|p| p.reset_generation)
         },
         gone_at: None,
+        gone_confirmed_by: None,
     };
     if item.applied && report.observed.is_some() && item.first_observed_at.is_none() {
         item.first_observed_at = Some(now.clone());
@@ -185,11 +187,16 @@ fn same_except_times(a: &AggregatedStatusItem, b: &AggregatedStatusItem) -> bool
 /// `healthReason` of a copy reported gone.
 pub const REASON_GONE: &str = "the copy was deleted from the cluster (the work was withdrawn)";
 
-/// The cluster's item once its agent reported the withdrawn copy gone: not applied, no status,
-/// `goneAt` now. The copy's timers go with it (a later copy in that cluster starts afresh). A
+/// The cluster's item once its agent (or the hub's own fence) reported the withdrawn copy gone:
+/// not applied, no status, `goneAt` now, and who confirmed it. The copy's timers go with it (a later copy in that cluster starts afresh). A
 /// repeated gone report (after a reconnect or a hub restart) changes nothing and keeps the
 /// first `goneAt`.
-pub fn gone_item(previous: Option<&AggregatedStatusItem>, cluster: &str, now: &Time) -> ItemUpdate {
+pub fn gone_item(
+    previous: Option<&AggregatedStatusItem>,
+    cluster: &str,
+    by: GoneConfirmedBy,
+    now: &Time,
+) -> ItemUpdate {
     if let Some(p) = previous.filter(|p| p.gone_at.is_some() && !p.applied) {
         return ItemUpdate {
             item: p.clone(),
@@ -212,6 +219,7 @@ pub fn gone_item(previous: Option<&AggregatedStatusItem>, cluster: &str, now: &T
         observed_revision: None,
         reset_generation: None,
         gone_at: Some(now.clone()),
+        gone_confirmed_by: Some(by),
     };
     let health_transition = match previous.map(|p| p.health) {
         Some(from) if from != ResourceHealth::Unknown => Some((from, ResourceHealth::Unknown)),
@@ -543,8 +551,9 @@ mod tests {
     #[test]
     fn a_gone_copy_leaves_an_unapplied_item_with_its_time_once() {
         let failed = step(None, judged(ResourceHealth::Unhealthy, None), 10);
-        let gone = gone_item(Some(&failed.item), "m1", &at(20));
+        let gone = gone_item(Some(&failed.item), "m1", GoneConfirmedBy::Hub, &at(20));
         assert!(gone.changed);
+        assert_eq!(gone.item.gone_confirmed_by, Some(GoneConfirmedBy::Hub));
         assert_eq!(
             gone.health_transition,
             Some((ResourceHealth::Unhealthy, ResourceHealth::Unknown))
@@ -562,15 +571,23 @@ mod tests {
             (None, None)
         );
         // reported again: no change, the first time stays
-        let again = gone_item(Some(&gone.item), "m1", &at(30));
+        let again = gone_item(Some(&gone.item), "m1", GoneConfirmedBy::Agent, &at(30));
         assert!(!again.changed && again.health_transition.is_none());
         assert_eq!(again.item.gone_at, Some(at(20)));
+        assert_eq!(again.item.gone_confirmed_by, Some(GoneConfirmedBy::Hub));
         // a later copy reports: the item is that copy's, not gone any more
         let back = step(Some(&gone.item), judged(ResourceHealth::Healthy, None), 40);
         assert!(back.changed && back.item.applied);
-        assert_eq!(back.item.gone_at, None);
+        assert_eq!(
+            (back.item.gone_at, back.item.gone_confirmed_by),
+            (None, None)
+        );
         // nothing known before: gone from the start
-        assert!(gone_item(None, "m1", &at(5)).health_transition.is_none());
+        assert!(
+            gone_item(None, "m1", GoneConfirmedBy::Agent, &at(5))
+                .health_transition
+                .is_none()
+        );
     }
 
     #[test]

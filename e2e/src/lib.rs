@@ -6,6 +6,7 @@ pub mod error;
 pub mod faults;
 pub mod fleet;
 pub mod harness;
+pub mod http;
 pub mod kubeconfig;
 pub mod kubectl;
 pub mod nodes;

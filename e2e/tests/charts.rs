@@ -675,7 +675,7 @@ async fn get_ok(
             return Err(format!("the process exited ({status}) before {what}:\n{text}").into());
         }
         if let Ok(Ok(Ok(body))) =
-            tokio::time::timeout(Duration::from_secs(5), http_get(port, path)).await
+            tokio::time::timeout(Duration::from_secs(5), lifeboat_e2e::http::get(port, path)).await
         {
             return Ok(body);
         }
@@ -685,25 +685,6 @@ async fn get_ok(
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-}
-
-/// A plain HTTP/1.0 GET (the endpoints are plain HTTP on loopback); Ok(body) on 200.
-async fn http_get(port: u16, path: &str) -> std::io::Result<Result<String, String>> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await?;
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    Ok(
-        if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") {
-            Ok(body.to_string())
-        } else {
-            Err(head.lines().next().unwrap_or_default().to_string())
-        },
-    )
 }
 
 /// Metric names with at least one sample in a Prometheus text exposition.
@@ -803,7 +784,11 @@ async fn rule_exprs(ctx: &TestContext) -> Result<Vec<String>, TestError> {
     let exprs: Vec<String> = rules(&rule)
         .filter_map(|r| r["expr"].as_str().map(str::to_string))
         .collect();
-    assert_eq!(exprs.len(), 6, "the six alerts of issue 10");
+    assert_eq!(
+        exprs.len(),
+        7,
+        "the six alerts of issue 10 and the fence wait of issue 18"
+    );
     Ok(exprs)
 }
 
@@ -1026,7 +1011,7 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     let missing = wait::until("every named metric exported", T, || async {
         let mut exported = BTreeSet::new();
         for port in [hub_metrics, agent_metrics] {
-            let body = http_get(port, "/metrics")
+            let body = lifeboat_e2e::http::get(port, "/metrics")
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|status| format!("/metrics: {status}"))?;
@@ -1143,7 +1128,7 @@ async fn fleet_gauges_follow_the_cluster_status(
                     "the status shows no GPUs allocatable or allocated: {resources:?}"
                 ));
             }
-            let body = http_get(hub_metrics, "/metrics")
+            let body = lifeboat_e2e::http::get(hub_metrics, "/metrics")
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|status| format!("/metrics: {status}"))?;

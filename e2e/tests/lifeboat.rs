@@ -51,6 +51,7 @@ fn main() -> ExitCode {
                 hubs: 2,
                 cluster_lease_seconds: CLUSTER_LEASE.as_secs(),
                 heartbeat_seconds: 2,
+                agent_replicas: 1,
                 bin_dir: None,
             });
         },
@@ -231,8 +232,7 @@ async fn killed_agent(ctx: Arc<TestContext>) -> TestResult {
     let before = place(&ctx, "survivor", &victim).await?;
     let uid = before.metadata.uid.clone().unwrap_or_default();
 
-    ctx.fleet
-        .kill_lifeboat(&LifeboatProcess::Agent(victim.clone()))?;
+    ctx.fleet.kill_lifeboat(&LifeboatProcess::agent(&victim))?;
     let killed = Instant::now();
     let c = until_cluster(&ctx, &victim, "Unknown", true, CLUSTER_LEASE + SLACK).await?;
     eprintln!(
@@ -246,7 +246,7 @@ async fn killed_agent(ctx: Arc<TestContext>) -> TestResult {
     assert!(!has_unreachable_taint(&healthy));
 
     ctx.fleet
-        .restart_lifeboat(&LifeboatProcess::Agent(victim.clone()))
+        .restart_lifeboat(&LifeboatProcess::agent(&victim))
         .await?;
     until_cluster(&ctx, &victim, "True", false, T).await?;
     // The restarted agent re-syncs with the hub: give it time to (wrongly) re-create anything.

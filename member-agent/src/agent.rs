@@ -65,8 +65,13 @@ pub enum AgentError {
 
 /// A client for the member cluster.
 pub async fn client(kubeconfig: Option<&PathBuf>) -> Result<kube::Client, AgentError> {
-    use lifeboat_runtime::client::{ClientError, from_kubeconfig};
-    from_kubeconfig(kubeconfig.map(PathBuf::as_path))
+    kube::Client::try_from(member_config(kubeconfig).await?).map_err(AgentError::Client)
+}
+
+/// The member cluster's client configuration.
+async fn member_config(kubeconfig: Option<&PathBuf>) -> Result<kube::Config, AgentError> {
+    use lifeboat_runtime::client::{ClientError, config_from_kubeconfig};
+    config_from_kubeconfig(kubeconfig.map(PathBuf::as_path))
         .await
         .map_err(|e| match e {
             ClientError::Kubeconfig { path, reason } => AgentError::Kubeconfig { path, reason },
@@ -82,7 +87,8 @@ pub async fn run(
     registry: Registry,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), AgentError> {
-    let client = client(options.kubeconfig.as_ref()).await?;
+    let member = member_config(options.kubeconfig.as_ref()).await?;
+    let client = kube::Client::try_from(member.clone()).map_err(AgentError::Client)?;
     if options.install_crd {
         install::ensure_crd(&client).await?;
     }
@@ -142,6 +148,8 @@ pub async fn run(
             &options.cluster,
             &app_config,
             &registry,
+            &member,
+            options.kubeconfig.is_some() || std::env::var_os("KUBECONFIG").is_some(),
         )?;
         background.spawn(hub.run(leadership.clone(), stopped(stop_rx.clone())));
     }

@@ -214,6 +214,7 @@ async fn heartbeat(
     axum::Json(HeartbeatResponse {
         lease_duration_seconds: 6,
         stop: hub.stop.load(Ordering::SeqCst),
+        fencing_credential_digest: None,
     })
     .into_response()
 }

@@ -14,7 +14,16 @@ pub enum ClientError {
 
 /// A client for the cluster `kubeconfig` points at (`None`: inferred).
 pub async fn from_kubeconfig(kubeconfig: Option<&Path>) -> Result<kube::Client, ClientError> {
-    let config = match kubeconfig {
+    let config = config_from_kubeconfig(kubeconfig).await?;
+    kube::Client::try_from(config).map_err(ClientError::Client)
+}
+
+/// The client configuration [`from_kubeconfig`] builds its client from (the server URL and CA
+/// are in it).
+pub async fn config_from_kubeconfig(
+    kubeconfig: Option<&Path>,
+) -> Result<kube::Config, ClientError> {
+    Ok(match kubeconfig {
         Some(path) => {
             let failed = |reason: String| ClientError::Kubeconfig {
                 path: path.display().to_string(),
@@ -32,8 +41,7 @@ pub async fn from_kubeconfig(kubeconfig: Option<&Path>) -> Result<kube::Client, 
                 path: "(inferred)".into(),
                 reason: e.to_string(),
             })?,
-    };
-    kube::Client::try_from(config).map_err(ClientError::Client)
+    })
 }
 
 #[cfg(test)]

@@ -628,6 +628,10 @@ pub async fn start_real_agents(
                     namespace: "lifeboat-system".into(),
                     name: "lifeboat-hub-credential".into(),
                 },
+                fencing: lifeboat_agent::hub::FencingChoice::On {
+                    server: None,
+                    ca_file: None,
+                },
                 identity: Some(format!("{member}-agent")),
                 timing: HubTiming::default(),
             }),

@@ -286,6 +286,7 @@ pub(super) async fn heartbeat(
             return Ok(Json(HeartbeatResponse {
                 lease_duration_seconds,
                 stop: true,
+                fencing_credential_digest: None,
             }));
         }
         let now = shared.now();
@@ -306,9 +307,20 @@ pub(super) async fn heartbeat(
         if !body.fenced.is_empty() {
             report_fenced(&shared, &caller.object, &body.fenced).await;
         }
+        let mut fencing_credential_digest = shared.fencing_digest(&cluster);
+        if let Some(credential) = &body.fencing_credential {
+            let digest = credential.digest();
+            if fencing_credential_digest.as_deref() != Some(digest.as_str()) {
+                shared
+                    .store_fencing_credential(&caller.object, credential)
+                    .await?;
+            }
+            fencing_credential_digest = Some(digest);
+        }
         Ok(Json(HeartbeatResponse {
             lease_duration_seconds,
             stop: false,
+            fencing_credential_digest,
         }))
     }
     .instrument(span)

@@ -15,6 +15,7 @@
 
 pub mod auth;
 pub mod error;
+pub mod fencing;
 mod heartbeat;
 pub mod metrics;
 mod register;
@@ -144,6 +145,8 @@ pub(crate) struct Shared {
     metrics: AgentApiMetrics,
     credentials: Arc<CredentialIndex>,
     bootstrap: Store<Secret>,
+    /// The clusters' fencing credentials ([`fencing`]).
+    fencing: Store<Secret>,
     clusters: Store<Cluster>,
     /// Per cluster, the status fields this API last wrote (so a heartbeat writes only changes).
     agent_status: Mutex<HashMap<String, heartbeat::Written>>,
@@ -187,9 +190,18 @@ impl AgentApi {
             })
         };
         let (bootstrap, bootstrap_task) = spawn_reflector(
-            secrets,
+            secrets.clone(),
             watcher::Config::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")),
             "bootstrap token Secrets",
+            None,
+        );
+        let (fencing, fencing_task) = spawn_reflector(
+            secrets.clone(),
+            watcher::Config::default().fields(&format!(
+                "type={}",
+                lifeboat_api::fencing::CREDENTIAL_SECRET_TYPE
+            )),
+            "fencing credential Secrets",
             None,
         );
         let (clusters, cluster_task) = spawn_reflector(
@@ -208,12 +220,18 @@ impl AgentApi {
                 metrics,
                 credentials,
                 bootstrap,
+                fencing,
                 clusters,
                 agent_status: Mutex::new(HashMap::new()),
                 last_taken: Mutex::new(HashMap::new()),
                 rng: SystemRandom::new(),
                 shutdown: watch::channel(false).0,
-                _tasks: Tasks(vec![credential_task, bootstrap_task, cluster_task]),
+                _tasks: Tasks(vec![
+                    credential_task,
+                    bootstrap_task,
+                    fencing_task,
+                    cluster_task,
+                ]),
             }),
         })
     }
@@ -275,6 +293,55 @@ impl AgentApi {
 
     pub fn metrics(&self) -> &AgentApiMetrics {
         &self.shared.metrics
+    }
+
+    /// The clusters' fencing credential Secrets, as the agents gave them (for the fencer).
+    pub fn fencing_credentials(&self) -> Store<Secret> {
+        self.shared.fencing.clone()
+    }
+}
+
+impl Shared {
+    /// Creates or replaces (server-side apply) the Secret `name` of `cluster` in the hub's
+    /// namespace: labelled with the cluster, owned by the Cluster (so it goes with it).
+    pub(crate) async fn apply_cluster_secret(
+        &self,
+        cluster: &Cluster,
+        name: &str,
+        type_: &str,
+        data: std::collections::BTreeMap<String, Vec<u8>>,
+    ) -> Result<(), ApiError> {
+        let secret = Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(self.config.namespace.clone()),
+                labels: Some(
+                    [(
+                        auth::CLUSTER_NAME_LABEL.to_string(),
+                        kube::ResourceExt::name_any(cluster),
+                    )]
+                    .into(),
+                ),
+                owner_references: cluster.owner_ref(&()).map(|o| vec![o]),
+                ..Default::default()
+            },
+            type_: Some(type_.to_string()),
+            data: Some(
+                data.into_iter()
+                    .map(|(k, v)| (k, k8s_openapi::ByteString(v)))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), &self.config.namespace)
+            .patch(
+                name,
+                &kube::api::PatchParams::apply(FIELD_MANAGER).force(),
+                &kube::api::Patch::Apply(&secret),
+            )
+            .await
+            .map_err(|e| ApiError::from_kube(&format!("storing Secret {name}"), e))?;
+        Ok(())
     }
 }
 

@@ -11,22 +11,19 @@ use std::time::Instant;
 use axum::Json;
 use axum::extract::{Request, State};
 use axum::http::header;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Resource, ResourceExt};
 use lifeboat_api::cluster::{AgentInfo, Cluster, ClusterSpec};
 use lifeboat_api::protocol::{PROTOCOL_VERSION, RegisterRequest, RegisterResponse};
 use tracing::Instrument;
 
 use super::auth::{
-    self, BootstrapRefusal, CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY,
-    TokenHash,
+    self, BootstrapRefusal, CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY, TokenHash,
 };
 use super::heartbeat::whole_seconds;
-use super::{ApiError, FIELD_MANAGER, Shared, json_body, seconds};
+use super::{ApiError, Shared, json_body, seconds};
 
 /// Whether `name` is a DNS-1123 label (what a Cluster name must be here: it also names the
 /// Lease and the Secret).
@@ -230,32 +227,14 @@ async fn store_credential(
     cluster: &Cluster,
     hash: TokenHash,
 ) -> Result<(), ApiError> {
-    let name = cluster.name_any();
-    let secret_name = auth::credential_secret_name(&name);
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(secret_name.clone()),
-            namespace: Some(shared.config.namespace.clone()),
-            labels: Some([(CLUSTER_NAME_LABEL.to_string(), name.clone())].into()),
-            owner_references: cluster.owner_ref(&()).map(|o| vec![o]),
-            ..ObjectMeta::default()
-        },
-        type_: Some(CLUSTER_CREDENTIAL_TYPE.to_string()),
-        data: Some(BTreeMap::from([(
-            CREDENTIAL_HASH_KEY.to_string(),
-            ByteString(hash.to_hex().into_bytes()),
-        )])),
-        ..Secret::default()
-    };
-    Api::<Secret>::namespaced(shared.client.clone(), &shared.config.namespace)
-        .patch(
-            &secret_name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&secret),
+    shared
+        .apply_cluster_secret(
+            cluster,
+            &auth::credential_secret_name(&cluster.name_any()),
+            CLUSTER_CREDENTIAL_TYPE,
+            BTreeMap::from([(CREDENTIAL_HASH_KEY.to_string(), hash.to_hex().into_bytes())]),
         )
         .await
-        .map_err(|e| ApiError::from_kube(&format!("storing Secret {secret_name}"), e))?;
-    Ok(())
 }
 
 async fn wait_for_cluster(shared: &Shared, name: &str) -> bool {

@@ -147,13 +147,13 @@ pub(super) async fn status(
             let marks: Vec<Mark> = screened.forward.iter().map(Mark::of).collect();
             let verdict = shared
                 .intake
-                .submit(StatusBatch {
-                    cluster: caller.cluster.clone(),
-                    report: StatusReport {
+                .submit(StatusBatch::from_agent(
+                    caller.cluster.clone(),
+                    StatusReport {
                         items: screened.forward,
                         full,
                     },
-                })
+                ))
                 .await
                 .map_err(|IntakeError::Closed| {
                     ApiError::Unavailable("the status processor is not running".into())

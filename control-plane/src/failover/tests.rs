@@ -683,7 +683,8 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
     assert_eq!(
         changes,
         vec![TaskChange::Purged {
-            cluster: "a".into()
+            cluster: "a".into(),
+            evidence: PurgeEvidence::Agent,
         }]
     );
     apply_task_changes(&mut b.spec, &changes, &at(120));
@@ -707,23 +708,74 @@ fn directly_creates_the_new_copy_only_after_the_old_one_is_gone() {
         .unwrap(),
     ];
     assert!(settle_at(&unapplied, 120, &clusters, &[]).0.is_empty());
-    // a cluster that will be fenced wakes the binding when it is
-    let mut lost = clusters.clone();
-    lost.get_mut("a").unwrap().fenced_at = Some(at(170));
-    let fresh = with_task("Directly", json!({}));
-    let (changes, d) = settle_at(&fresh, 120, &lost, &[]);
-    assert!(changes.is_empty());
-    assert_eq!(d.next_check, Some(at(170)));
-    // a fenced cluster counts as purged
-    let mut fenced = clusters.clone();
-    fenced.get_mut("a").unwrap().fenced = true;
-    let fresh = with_task("Directly", json!({}));
+}
+
+#[test]
+fn directly_on_a_lost_cluster_waits_for_evidence_never_for_time() {
+    // The old copy's cluster has not been Ready since second 100: its agent may be dead, and a
+    // dead agent suspends nothing (its pods keep running), so no amount of time purges it.
+    let mut lost = ready(&["a", "b"]);
+    lost.get_mut("a").unwrap().not_ready_since = Some(at(100));
+    let b = with_task("Directly", json!({}));
+    for second in [120, 1_000, 1_000_000] {
+        let (changes, d) = settle_at(&b, second, &lost, &[]);
+        assert!(changes.is_empty(), "at {second}: {changes:?}");
+        assert_eq!(d.blocked[0].reason, "WaitingForFence");
+        assert!(
+            d.blocked[0]
+                .message
+                .contains("lifeboatctl confirm-purge ns/w a")
+                && d.blocked[0].message.contains("fencing credential"),
+            "{}",
+            d.blocked[0].message
+        );
+        // nothing to wake for: the evidence changes the binding or the cluster
+        assert_eq!(d.next_check, None);
+    }
+    // the hub's own fence reported it gone through the member's kube-apiserver
+    let mut fenced = b.clone();
+    fenced.status.as_mut().unwrap().aggregated_status = vec![
+        serde_json::from_value(json!({
+        "clusterName": "a", "applied": false, "health": "Unknown",
+        "observedAt": at(130).0.to_string(), "goneAt": at(130).0.to_string(),
+        "goneConfirmedBy": "Hub"}))
+        .unwrap(),
+    ];
     assert_eq!(
-        settle_at(&fresh, 120, &fenced, &[]).0,
+        settle_at(&fenced, 130, &lost, &[]).0,
         vec![TaskChange::Purged {
-            cluster: "a".into()
+            cluster: "a".into(),
+            evidence: PurgeEvidence::Hub,
         }]
     );
+    // an operator confirmed it
+    assert_eq!(
+        settle_at(&b, 130, &lost, &["a"]).0,
+        vec![TaskChange::Purged {
+            cluster: "a".into(),
+            evidence: PurgeEvidence::Operator,
+        }]
+    );
+    // the Cluster was deleted on the hub (or is gone)
+    let mut deleted = lost.clone();
+    deleted.get_mut("a").unwrap().deleted = true;
+    assert_eq!(
+        settle_at(&b, 130, &deleted, &[]).0,
+        vec![TaskChange::Purged {
+            cluster: "a".into(),
+            evidence: PurgeEvidence::ClusterDeleted,
+        }]
+    );
+    deleted.remove("a");
+    assert_eq!(
+        settle_at(&b, 130, &deleted, &[]).0,
+        vec![TaskChange::Purged {
+            cluster: "a".into(),
+            evidence: PurgeEvidence::ClusterDeleted,
+        }]
+    );
+    // a confirmation for another cluster is no evidence for this one
+    assert!(settle_at(&b, 130, &lost, &["b"]).0.is_empty());
 }
 
 #[test]

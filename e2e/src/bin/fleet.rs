@@ -50,6 +50,9 @@ struct UpArgs {
     /// The hub's --heartbeat-seconds with --lifeboat.
     #[arg(long, default_value_t = 10, requires = "lifeboat")]
     heartbeat_seconds: u64,
+    /// Agent replicas per member with --lifeboat (more than one: leader election, one acts).
+    #[arg(long, default_value_t = 1, requires = "lifeboat")]
+    agent_replicas: usize,
 }
 
 #[derive(Subcommand)]
@@ -104,8 +107,8 @@ enum Command {
     StopApiserver { cluster: String },
     /// Start a stopped kube-apiserver again; the cluster comes back with its data.
     StartApiserver { cluster: String },
-    /// Kill a Lifeboat process with SIGKILL: `hub` (replica 1), `hub-N`, or a member's name
-    /// (its agent).
+    /// Kill a Lifeboat process with SIGKILL: `hub` (replica 1), `hub-N`, a member's name (its
+    /// agent, replica 1), or `MEMBER/agent-N` (agent replica N).
     KillLifeboat { process: String },
     /// Stop a Lifeboat process with SIGTERM (a hub hands its Lease over).
     StopLifeboat { process: String },
@@ -113,13 +116,18 @@ enum Command {
     RestartLifeboat { process: String },
 }
 
-/// `hub` / `hub-2` / `member-1` as a Lifeboat process.
+/// `hub` / `hub-2` / `member-1` / `member-1/agent-2` as a Lifeboat process.
 fn lifeboat_process(name: &str) -> LifeboatProcess {
+    if let Some((member, replica)) = name.split_once("/agent-")
+        && let Ok(i) = replica.parse()
+    {
+        return LifeboatProcess::Agent(member.to_string(), i);
+    }
     match name {
         "hub" => LifeboatProcess::Hub(1),
         _ => match name.strip_prefix("hub-").and_then(|i| i.parse().ok()) {
             Some(i) => LifeboatProcess::Hub(i),
-            None => LifeboatProcess::Agent(name.to_string()),
+            None => LifeboatProcess::agent(name),
         },
     }
 }
@@ -149,6 +157,7 @@ fn config(state_dir: PathBuf, args: &UpArgs) -> FleetConfig {
             hubs: args.hubs,
             cluster_lease_seconds: args.cluster_lease_seconds,
             heartbeat_seconds: args.heartbeat_seconds,
+            agent_replicas: args.agent_replicas,
             bin_dir: None,
         });
     }

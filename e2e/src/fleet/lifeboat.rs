@@ -50,17 +50,27 @@ pub struct LifeboatConfig {
     pub cluster_lease_seconds: u64,
     /// The hub's `--heartbeat-seconds`.
     pub heartbeat_seconds: u64,
+    /// Agent replicas per member (more than one: `--leader-elect`, one acts, the others stand
+    /// by, as the agent chart runs them).
+    #[serde(default = "one")]
+    pub agent_replicas: usize,
     /// Where `lifeboat-hub` and `lifeboat-agent` are; `None`: [`lifeboat_bin_dir`].
     pub bin_dir: Option<PathBuf>,
 }
 
+fn one() -> usize {
+    1
+}
+
 impl Default for LifeboatConfig {
-    /// The binaries' own defaults: one hub, 40 s cluster lease, 10 s heartbeat.
+    /// The binaries' own defaults: one hub, 40 s cluster lease, 10 s heartbeat, one agent per
+    /// member.
     fn default() -> Self {
         Self {
             hubs: 1,
             cluster_lease_seconds: 40,
             heartbeat_seconds: 10,
+            agent_replicas: 1,
             bin_dir: None,
         }
     }
@@ -72,6 +82,12 @@ impl LifeboatConfig {
             return Err(Error::Invalid(format!(
                 "--hubs must be between 1 and 3, got {}",
                 self.hubs
+            )));
+        }
+        if self.agent_replicas == 0 || self.agent_replicas > 3 {
+            return Err(Error::Invalid(format!(
+                "--agent-replicas must be between 1 and 3, got {}",
+                self.agent_replicas
             )));
         }
         if self.heartbeat_seconds == 0 || self.heartbeat_seconds >= self.cluster_lease_seconds {
@@ -139,8 +155,8 @@ pub struct LifeboatState {
 pub enum LifeboatProcess {
     /// Hub replica 1, 2, ...
     Hub(usize),
-    /// The agent of this member cluster.
-    Agent(String),
+    /// Agent replica 1, 2, ... of this member cluster.
+    Agent(String, usize),
 }
 
 impl LifeboatProcess {
@@ -148,21 +164,37 @@ impl LifeboatProcess {
     pub fn cluster(&self) -> &str {
         match self {
             LifeboatProcess::Hub(_) => HUB,
-            LifeboatProcess::Agent(member) => member,
+            LifeboatProcess::Agent(member, _) => member,
         }
+    }
+
+    /// The first (or only) agent replica of `member`.
+    pub fn agent(member: &str) -> Self {
+        LifeboatProcess::Agent(member.to_string(), 1)
     }
 
     /// Its component name (also its leader-election identity, for hubs).
     pub fn component(&self) -> String {
         match self {
             LifeboatProcess::Hub(i) => format!("lifeboat-hub-{i}"),
-            LifeboatProcess::Agent(_) => AGENT_COMPONENT.into(),
+            LifeboatProcess::Agent(_, 1) => AGENT_COMPONENT.into(),
+            LifeboatProcess::Agent(_, i) => format!("{AGENT_COMPONENT}-{i}"),
         }
     }
 
     fn parse(cluster: &str, component: &str) -> Option<Self> {
-        if component == AGENT_COMPONENT {
-            return Some(LifeboatProcess::Agent(cluster.to_string()));
+        if cluster != HUB {
+            if component == AGENT_COMPONENT {
+                return Some(LifeboatProcess::agent(cluster));
+            }
+            if let Some(i) = component
+                .strip_prefix(AGENT_COMPONENT)
+                .and_then(|rest| rest.strip_prefix('-'))
+                .and_then(|i| i.parse().ok())
+                .filter(|i| *i >= 2)
+            {
+                return Some(LifeboatProcess::Agent(cluster.to_string(), i));
+            }
         }
         component
             .strip_prefix("lifeboat-hub-")
@@ -311,9 +343,11 @@ impl Fleet {
 
         for member in self.member_names() {
             let record = self.cluster(&member)?;
-            let component = agent_component(&state, &record);
-            let started = self.start(&component, deadline).await?;
-            write_pid_file(&started.log, started.pid)?;
+            for replica in 1..=config.agent_replicas {
+                let component = agent_component(&state, &record, replica);
+                let started = self.start(&component, deadline).await?;
+                write_pid_file(&started.log, started.pid)?;
+            }
         }
         self.until_lifeboat_ready(remaining(deadline)).await
     }
@@ -353,8 +387,8 @@ impl Fleet {
             })
             .collect();
         out.sort_by_key(|p| match p {
-            LifeboatProcess::Hub(i) => (0, *i, String::new()),
-            LifeboatProcess::Agent(m) => (1, 0, m.clone()),
+            LifeboatProcess::Hub(i) => (0, String::new(), *i),
+            LifeboatProcess::Agent(m, i) => (1, m.clone(), *i),
         });
         out
     }
@@ -571,18 +605,36 @@ fn hub_component(
     )
 }
 
-/// The agent of a member, in hub mode: port metrics (readiness).
-fn agent_component(lifeboat: &LifeboatState, member: &super::ClusterRecord) -> Component {
+/// Agent replica `replica` of a member, in hub mode: port metrics (readiness).
+fn agent_component(
+    lifeboat: &LifeboatState,
+    member: &super::ClusterRecord,
+    replica: usize,
+) -> Component {
+    let process = LifeboatProcess::Agent(member.name.clone(), replica);
+    let name = process.component();
     let log = member
         .kubeconfig
         .parent()
         .unwrap_or(Path::new("."))
-        .join(format!("{AGENT_COMPONENT}.log"));
+        .join(format!("{name}.log"));
     let mut fixed = vec![
         format!("--kubeconfig={}", member.kubeconfig.display()),
         format!("--cluster-name={}", member.name),
+    ];
+    if lifeboat.config.agent_replicas > 1 {
+        // Replicas elect one leader on a Lease in the member (in its kubeconfig's namespace,
+        // `default`: the agent makes its own namespace only once it leads); a stable identity
+        // lets a restarted replica take its own Lease back at once.
+        fixed.extend([
+            "--leader-elect=true".into(),
+            format!("--leader-elect-identity={}-{name}", member.name),
+        ]);
+    } else {
         // One replica per member; a restarted agent must not wait out its predecessor's Lease.
-        "--leader-elect=false".into(),
+        fixed.push("--leader-elect=false".into());
+    }
+    fixed.extend([
         format!("--hub-url={}", lifeboat.hub_urls.join(",")),
         format!("--hub-ca-file={}", lifeboat.ca_file.display()),
         format!(
@@ -590,7 +642,7 @@ fn agent_component(lifeboat: &LifeboatState, member: &super::ClusterRecord) -> C
             lifeboat.bootstrap_token_file.display()
         ),
         "--provider=kwok".into(),
-    ];
+    ]);
     if let Some(region) = &member.region {
         fixed.push(format!("--region={region}"));
     }
@@ -599,7 +651,7 @@ fn agent_component(lifeboat: &LifeboatState, member: &super::ClusterRecord) -> C
     }
     Component::new(
         &member.name,
-        AGENT_COMPONENT,
+        &name,
         lifeboat.bin_dir.join("lifeboat-agent"),
         log,
         1,
@@ -847,7 +899,8 @@ mod tests {
         for p in [
             LifeboatProcess::Hub(1),
             LifeboatProcess::Hub(2),
-            LifeboatProcess::Agent("member-3".into()),
+            LifeboatProcess::agent("member-3"),
+            LifeboatProcess::Agent("member-3".into(), 2),
         ] {
             assert_eq!(
                 LifeboatProcess::parse(p.cluster(), &p.component()),
@@ -855,6 +908,11 @@ mod tests {
             );
         }
         assert_eq!(LifeboatProcess::Hub(2).to_string(), "hub/lifeboat-hub-2");
+        assert_eq!(
+            LifeboatProcess::Agent("member-3".into(), 2).to_string(),
+            "member-3/lifeboat-agent-2"
+        );
+        assert_eq!(LifeboatProcess::parse("member-1", "lifeboat-agent-1"), None);
         assert_eq!(LifeboatProcess::parse("hub", "kube-apiserver"), None);
         assert_eq!(LifeboatProcess::parse("member-1", "lifeboat-hub-1"), None);
     }

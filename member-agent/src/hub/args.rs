@@ -4,9 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::HubOptions;
 use super::client::normalize_url;
 use super::credential::SecretRef;
+use super::{FencingChoice, HubOptions};
 
 /// Default `--credential-secret`.
 pub const DEFAULT_CREDENTIAL_SECRET: &str = "lifeboat-system/lifeboat-hub-credential";
@@ -87,6 +87,41 @@ pub struct HubArgs {
         value_name = "NAMESPACE/NAME"
     )]
     pub credential_secret: String,
+
+    /// Give the hub a fencing credential: a token of the ServiceAccount `lifeboat-fencer` that
+    /// may only delete objects Lifeboat placed, so the hub can stop a `Directly` workload here
+    /// itself when this agent is dead or cut off (otherwise such a failover waits for this
+    /// agent or an operator's `lifeboatctl confirm-purge`).
+    #[arg(
+        id = "hub-fencing-credential",
+        long = "fencing-credential",
+        env = "LIFEBOAT_HUB_FENCING_CREDENTIAL",
+        default_value_t = true,
+        action = clap::ArgAction::Set,
+        value_name = "BOOL"
+    )]
+    pub fencing_credential: bool,
+
+    /// This member's kube-apiserver as the hub reaches it (https://HOST:PORT); default: the
+    /// server of `--kubeconfig` (required in a pod, where the agent's own address of the
+    /// apiserver is the cluster-internal Service).
+    #[arg(
+        id = "hub-fencing-api-server",
+        long = "fencing-api-server",
+        env = "LIFEBOAT_HUB_FENCING_API_SERVER",
+        value_name = "URL"
+    )]
+    pub fencing_api_server: Option<String>,
+
+    /// PEM CA bundle of `--fencing-api-server`; default: the CA of `--kubeconfig` (or of the
+    /// in-cluster configuration).
+    #[arg(
+        id = "hub-fencing-api-ca-file",
+        long = "fencing-api-ca-file",
+        env = "LIFEBOAT_HUB_FENCING_API_CA_FILE",
+        value_name = "FILE"
+    )]
+    pub fencing_api_ca_file: Option<PathBuf>,
 }
 
 /// A flag value that cannot work, naming the flag.
@@ -153,6 +188,38 @@ impl HubArgs {
             })?;
         let credential_secret = SecretRef::parse(&self.credential_secret)
             .map_err(|r| fail("--credential-secret", r))?;
+        let fencing = if !self.fencing_credential {
+            for (flag, given) in [
+                ("--fencing-api-server", self.fencing_api_server.is_some()),
+                ("--fencing-api-ca-file", self.fencing_api_ca_file.is_some()),
+            ] {
+                if given {
+                    return Err(fail(flag, "needs --fencing-credential=true".into()));
+                }
+            }
+            FencingChoice::Off
+        } else {
+            let server = self
+                .fencing_api_server
+                .as_deref()
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    if s.starts_with("https://") && s.len() > "https://".len() {
+                        Ok(s.trim_end_matches('/').to_string())
+                    } else {
+                        Err(fail(
+                            "--fencing-api-server",
+                            format!("{s:?} is not an https:// URL"),
+                        ))
+                    }
+                })
+                .transpose()?;
+            FencingChoice::On {
+                server,
+                ca_file: self.fencing_api_ca_file.clone(),
+            }
+        };
         let topology = |v: &Option<String>| {
             v.as_ref()
                 .map(|s| s.trim().to_string())
@@ -167,6 +234,7 @@ impl HubArgs {
             region: topology(&self.region),
             zone: topology(&self.zone),
             credential_secret,
+            fencing,
             identity: None,
             timing: super::HubTiming {
                 member_api_timeout,

@@ -22,6 +22,7 @@ pub mod backoff;
 pub mod catalog;
 pub mod client;
 pub mod credential;
+pub mod fencer;
 pub mod fencing;
 pub mod inventory;
 pub mod member_api;
@@ -64,9 +65,22 @@ pub struct HubOptions {
     pub zone: Option<String>,
     /// Where the cluster credential is kept in the member.
     pub credential_secret: SecretRef,
+    /// Whether (and how) to give the hub a fencing credential ([`fencer`]).
+    pub fencing: FencingChoice,
     /// This replica in registrations and heartbeats (`None`: `hostname_pid`).
     pub identity: Option<String>,
     pub timing: HubTiming,
+}
+
+/// `--fencing-credential`, `--fencing-api-server`, `--fencing-api-ca-file`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FencingChoice {
+    Off,
+    /// `server`/`ca_file` `None`: those of the agent's own kubeconfig.
+    On {
+        server: Option<String>,
+        ca_file: Option<PathBuf>,
+    },
 }
 
 /// Default `--member-api-timeout`.
@@ -118,6 +132,14 @@ pub enum SetupError {
         #[source]
         source: std::io::Error,
     },
+    #[error("--fencing-api-ca-file {path}: {source}")]
+    ReadFencingCa {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--fencing-api-server: {0}")]
+    FencingServer(String),
     #[error(transparent)]
     Client(#[from] ClientSetupError),
     #[error("hub metrics: {0}")]
@@ -141,6 +163,61 @@ pub fn check_cluster_name(name: &str) -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Where the hub reaches this member with the fencing credential: the flags, else the agent's
+/// own kubeconfig. In a pod without `--fencing-api-server` the agent's address of its apiserver
+/// is the cluster-internal Service, which the hub cannot reach: no credential is given (said
+/// once at start).
+fn fencing_target(
+    options: &HubOptions,
+    member: &kube::Config,
+    kubeconfig_given: bool,
+) -> Result<Option<fencer::FencingTarget>, SetupError> {
+    let FencingChoice::On { server, ca_file } = &options.fencing else {
+        tracing::info!(
+            "--fencing-credential=false: the hub gets no fencing credential; a Directly failover from this cluster waits for this agent or an operator"
+        );
+        return Ok(None);
+    };
+    let server = match server {
+        Some(server) => server.clone(),
+        None if kubeconfig_given => {
+            let url = member.cluster_url.to_string();
+            let url = url.trim_end_matches('/').to_string();
+            if !url.starts_with("https://") {
+                return Err(SetupError::FencingServer(format!(
+                    "the kubeconfig's server {url} is not https://: give the member's address for the hub"
+                )));
+            }
+            url
+        }
+        None => {
+            tracing::warn!(
+                "no --fencing-api-server (the agent runs in a pod): the hub gets no fencing credential; a Directly failover from this cluster waits for this agent or an operator"
+            );
+            return Ok(None);
+        }
+    };
+    let certificate_authority = match ca_file {
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|source| SetupError::ReadFencingCa {
+                path: path.display().to_string(),
+                source,
+            })?
+        }
+        None => member
+            .root_cert
+            .iter()
+            .flatten()
+            .map(|der| fencer::pem_of_der(der))
+            .collect(),
+    };
+    Ok(Some(fencer::FencingTarget {
+        server,
+        certificate_authority,
+        namespace: options.credential_secret.namespace.clone(),
+    }))
+}
+
 /// Hub mode, ready to run.
 pub struct HubMode {
     client: kube::Client,
@@ -150,17 +227,23 @@ pub struct HubMode {
     metrics: HubMetrics,
     autopilot: Option<AutopilotConfig>,
     reclamation_taints: Vec<String>,
+    /// Where the hub reaches this member with the fencing credential (`None`: none is given).
+    fencing: Option<fencer::FencingTarget>,
 }
 
 impl HubMode {
     /// Checks the options, reads the CA and registers the metrics in `registry`. `config`
-    /// gives the Autopilot and spot reclamation settings the node health summary uses.
+    /// gives the Autopilot and spot reclamation settings the node health summary uses;
+    /// `member` is the client configuration of the member (its server and CA are the fencing
+    /// credential's defaults when `kubeconfig_given`).
     pub fn new(
         client: kube::Client,
         options: HubOptions,
         cluster: &str,
         config: &AppWrapperConfig,
         registry: &Registry,
+        member: &kube::Config,
+        kubeconfig_given: bool,
     ) -> Result<Self, SetupError> {
         check_cluster_name(cluster).map_err(|reason| SetupError::ClusterName {
             name: cluster.to_string(),
@@ -176,6 +259,7 @@ impl HubMode {
             }
             None => client::tls_config(None)?,
         };
+        let fencing = fencing_target(&options, member, kubeconfig_given)?;
         let metrics = HubMetrics::new(registry)?;
         let hub = HubClient::new(
             options.urls.clone(),
@@ -191,6 +275,7 @@ impl HubMode {
             metrics,
             autopilot: config.autopilot.clone(),
             reclamation_taints: config.reclamation_taints.clone(),
+            fencing,
         })
     }
 

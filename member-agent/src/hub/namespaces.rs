@@ -8,6 +8,8 @@ use std::sync::Mutex;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use super::fencer::FencerBinding;
+
 /// Label on the namespaces the agent created.
 pub const CREATED_BY_LABEL: &str = "app.kubernetes.io/created-by";
 pub const CREATED_BY: &str = "lifeboat-agent";
@@ -16,6 +18,8 @@ pub const CREATED_BY: &str = "lifeboat-agent";
 pub struct Namespaces {
     client: kube::Client,
     known: Mutex<HashSet<String>>,
+    /// With a fencing credential, each namespace gets the fencer's RoleBinding with it.
+    fencer: Option<FencerBinding>,
 }
 
 impl Namespaces {
@@ -23,7 +27,16 @@ impl Namespaces {
         Self {
             client,
             known: Mutex::new(HashSet::new()),
+            fencer: None,
         }
+    }
+
+    /// Gives every namespace ensured the fencing ServiceAccount's RoleBinding
+    /// ([`super::fencer`]): the hub's fencing credential may delete (what Lifeboat placed) in the
+    /// namespaces of the hub's work and nowhere else.
+    pub fn with_fencer(mut self, fencer: Option<FencerBinding>) -> Self {
+        self.fencer = fencer;
+        self
     }
 
     /// Creates `name` unless it exists; returns whether this call created it.
@@ -55,6 +68,9 @@ impl Namespaces {
                 Err(e) => return Err(e),
             }
         };
+        if let Some(fencer) = &self.fencer {
+            fencer.apply(&self.client, name).await?;
+        }
         self.lock().insert(name.to_string());
         Ok(created)
     }

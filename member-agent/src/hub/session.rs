@@ -8,15 +8,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lifeboat_api::protocol::{
-    Cursor, HeartbeatRequest, HeartbeatResponse, Inventory, PROTOCOL_VERSION, RegisterRequest,
-    WorkKey, heartbeat_path, work_path,
+    Cursor, FencingCredential, HeartbeatRequest, HeartbeatResponse, Inventory, PROTOCOL_VERSION,
+    RegisterRequest, WorkKey, heartbeat_path, work_path,
 };
+use tokio::sync::watch;
 
 use super::HubMode;
 use super::applier::{Applier, ApplierParts};
 use super::backoff::Backoff;
 use super::catalog::ApiCatalog;
 use super::credential::Credentials;
+use super::fencer::{self, FencerBinding};
 use super::fencing::{Fence, FenceChange};
 use super::member_api::{self, MemberApi};
 use super::namespaces::Namespaces;
@@ -24,6 +26,10 @@ use super::observe::{self, ClusterState};
 use super::reporter::{self, SharedBook};
 use super::work::{Step, StreamState};
 use crate::node_health::NodeHealthIndex;
+
+/// How often the fencing credential's objects are applied again (a deleted token Secret comes
+/// back, and its new token goes to the hub).
+const FENCING_CREDENTIAL_REFRESH: Duration = Duration::from_secs(300);
 
 /// The term ended because the hub deleted this cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,7 +56,12 @@ pub async fn run(mode: &HubMode) -> Stopped {
         .identity
         .clone()
         .unwrap_or_else(lifeboat_runtime::leader::default_identity);
-    let namespaces = Arc::new(Namespaces::new(client.clone()));
+    let namespaces = Arc::new(Namespaces::new(client.clone()).with_fencer(
+        mode.fencing.as_ref().map(|t| FencerBinding {
+            service_account_namespace: t.namespace.clone(),
+        }),
+    ));
+    let (fencing_tx, fencing_credential) = watch::channel(None);
     let credentials = Arc::new(Credentials::new(
         client.clone(),
         mode.hub.clone(),
@@ -119,6 +130,14 @@ pub async fn run(mode: &HubMode) -> Stopped {
         applier.clone(),
         mode.metrics.clone(),
     ));
+    if let Some(target) = mode.fencing.clone() {
+        tasks.spawn(fencer::provide(
+            client.clone(),
+            target,
+            fencing_tx,
+            FENCING_CREDENTIAL_REFRESH,
+        ));
+    }
     let stream = stream_work(mode, &credentials, &applier, &book, &fence);
     let heartbeat = heartbeat(
         mode,
@@ -129,6 +148,7 @@ pub async fn run(mode: &HubMode) -> Stopped {
         &applier,
         &fence,
         &member_api,
+        &fencing_credential,
     );
     tokio::select! {
         () = stream => {}
@@ -206,6 +226,19 @@ pub fn inventory_due(
     }
 }
 
+/// The fencing credential to send with a heartbeat: ours, when the hub's last answer showed it
+/// holds another one or none (or before any answer).
+pub fn fencing_credential_due(
+    ours: Option<&FencingCredential>,
+    hub_digest: Option<&Option<String>>,
+) -> Option<FencingCredential> {
+    let ours = ours?;
+    match hub_digest {
+        Some(Some(digest)) if *digest == ours.digest() => None,
+        _ => Some(ours.clone()),
+    }
+}
+
 /// Heartbeats until the hub says stop.
 #[allow(clippy::too_many_arguments)]
 async fn heartbeat(
@@ -217,8 +250,11 @@ async fn heartbeat(
     applier: &Applier,
     fence: &Fence,
     member_api: &MemberApi,
+    fencing_credential: &watch::Receiver<Option<FencingCredential>>,
 ) {
     let path = heartbeat_path(&mode.cluster);
+    // The digest of the fencing credential the hub holds (`None` at first: unknown).
+    let mut hub_fencing_digest: Option<Option<String>> = None;
     let timing = &mode.options.timing;
     let mut backoff = Backoff::new(Duration::from_millis(500), timing.max_backoff);
     let mut last_sent: Option<(Inventory, Instant)> = None;
@@ -251,11 +287,16 @@ async fn heartbeat(
         let sent = Instant::now();
         let silent = member_api.unreachable_for(sent);
         member_api_changed(mode, silent, &mut member_api_silent);
+        let fencing = fencing_credential_due(
+            fencing_credential.borrow().as_ref(),
+            hub_fencing_digest.as_ref(),
+        );
         let request = HeartbeatRequest {
             identity: identity.to_string(),
             inventory: if send { inventory.clone() } else { None },
             fenced,
             member_api_unreachable_seconds: silent.map(|d| d.as_secs()),
+            fencing_credential: fencing,
         };
         let result: Result<HeartbeatResponse, _> = mode
             .hub
@@ -265,6 +306,7 @@ async fn heartbeat(
             Ok(response) => {
                 mode.metrics.connected.set(1);
                 backoff.reset();
+                hub_fencing_digest = Some(response.fencing_credential_digest.clone());
                 // Contact for the fence only while the member's apiserver answers: the hub
                 // counts a cluster whose heartbeats say otherwise as not Ready (`member_api`).
                 if silent.is_none() && fence.heartbeat_ok(sent) == FenceChange::Lifted {
@@ -465,6 +507,35 @@ mod tests {
             revision: 7,
         };
         assert_eq!(since_query(&odd), "since=e%201%2F%26:7");
+    }
+
+    #[test]
+    fn the_fencing_credential_goes_until_the_hub_holds_it() {
+        let ours = FencingCredential {
+            server: "https://m1:6443".into(),
+            certificate_authority: String::new(),
+            token: "t".into(),
+        };
+        // none yet: nothing to send
+        assert_eq!(fencing_credential_due(None, None), None);
+        // no answer yet, the hub holds none, or another one: send it
+        assert_eq!(
+            fencing_credential_due(Some(&ours), None),
+            Some(ours.clone())
+        );
+        assert_eq!(
+            fencing_credential_due(Some(&ours), Some(&None)),
+            Some(ours.clone())
+        );
+        assert_eq!(
+            fencing_credential_due(Some(&ours), Some(&Some("other".into()))),
+            Some(ours.clone())
+        );
+        // the hub holds it: not again
+        assert_eq!(
+            fencing_credential_due(Some(&ours), Some(&Some(ours.digest()))),
+            None
+        );
     }
 
     #[test]
