@@ -3,12 +3,14 @@
 //! reaches the hub through its own TCP proxy, which the test cuts to partition it.
 //!
 //! An AppWrapper whose policy fails over with `purgeMode: Directly` runs in one member. That
-//! member's agent is cut off from the hub (the member itself keeps running): after its fencing
-//! period the agent suspends the AppWrapper; the hub sees the cluster lost, evicts the binding
-//! after the cluster toleration, and creates the new copy in the other member only once the
-//! cluster counts as fenced (lease expiry plus the fencing period). The partition heals: the
-//! agent reports what it suspended, learns from the hub's snapshot that the work moved, and
-//! deletes its copy. Both members are polled throughout: never two copies with live pods.
+//! member's agent is cut off from the hub (the member itself keeps running, and the hub still
+//! reaches its kube-apiserver): after its fencing period the agent suspends the AppWrapper (its
+//! own fence); the hub sees the cluster lost, evicts the binding after the cluster toleration,
+//! deletes the old copy itself through the member's kube-apiserver with the fencing credential
+//! the agent gave before the cut, and creates the new copy in the other member only once the old
+//! one is gone. The partition heals: the agent reports what it suspended and learns from the
+//! hub's snapshot that the work moved. Both members are polled throughout: never two copies with
+//! live pods.
 //!
 //! One test: the suite shares one hub cluster, and one hub binds it.
 
@@ -91,6 +93,20 @@ async fn partition(ctx: Arc<TestContext>) -> TestResult {
         proxies.insert(member.clone(), proxy);
     }
     support::hub::until_clusters_ready(&hub, members.iter()).await?;
+    // Each agent gave the hub its fencing credential (a heartbeat carries it once it is made).
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(hub.clone(), lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE);
+    for member in &members {
+        let name = lifeboat_api::fencing::credential_secret_name(member);
+        wait::until(&format!("the hub holds {name}"), T, || async {
+            match secrets.get_opt(&name).await {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => Err("not yet".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await?;
+    }
 
     let ns = ctx.namespace("hub").await?;
     for member in &members {
@@ -215,11 +231,11 @@ async fn partition(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await?;
-    // The hub moves it once the lease ran out, the toleration passed and the cluster counts as
-    // fenced; never before lease + fencing period.
+    // The hub moves it once the lease ran out and the toleration passed, and creates the new
+    // copy once its own fence confirmed the old one gone.
     let moved = wait::until(
         "train placed in the other member",
-        LEASE + CLUSTER_TOLERATION + FENCING + SLACK,
+        LEASE + CLUSTER_TOLERATION + SLACK,
         || async {
             let b = binding_of(&bindings, "train").await?;
             let purged = b
@@ -263,31 +279,26 @@ async fn partition(ctx: Arc<TestContext>) -> TestResult {
     })
     .await?;
     let started_after = cut_at.elapsed();
-    if started_after + HEARTBEAT < LEASE + FENCING {
-        return Err(format!(
-            "the new copy ran {started_after:?} after the cut: before lease + fencing period \
-             counted from the last heartbeat"
-        )
-        .into());
+    // The evidence: the hub's own deletion through the member's kube-apiserver (the agent could
+    // not tell it), which the agent's controller carried out on the suspended copy.
+    let old_item = binding_of(&bindings, "train")
+        .await?
+        .cluster_status(&placed)
+        .cloned()
+        .ok_or("no status item of the old cluster")?;
+    if old_item.gone_confirmed_by != Some(lifeboat_api::binding::GoneConfirmedBy::Hub) {
+        return Err(format!("the old copy was not confirmed gone by the hub: {old_item:?}").into());
+    }
+    if old_api.get_opt("train").await?.is_some() {
+        return Err("the old copy is still in the partitioned member".into());
     }
 
-    // The partition heals: the agent learns that train moved and deletes its suspended copy.
+    // The partition heals: the agent learns that train moved (nothing to put back).
     proxy.heal();
-    wait::until(
-        "the old copy deleted after the partition",
-        SLACK,
-        || async {
-            match old_api.get_opt("train").await.map_err(|e| e.to_string())? {
-                None => Ok(()),
-                Some(aw) => Err(format!(
-                    "still there (suspend {})",
-                    aw.data["spec"]["suspend"]
-                )),
-            }
-        },
-    )
-    .await?;
     support::hub::until_clusters_ready(&hub, [&placed]).await?;
+    if old_api.get_opt("train").await?.is_some() {
+        return Err("the old copy came back in the healed member".into());
+    }
     // Back, the agent reported what it suspended: a Warning Event on its Cluster.
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(hub.clone());
     wait::until("a Fenced Event on the Cluster", T, || async {

@@ -19,6 +19,7 @@
 //! whenever the hub's answer shows the hub holds another one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
@@ -33,7 +34,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use super::backoff::Backoff;
-use super::namespaces::{CREATED_BY, CREATED_BY_LABEL};
+use super::namespaces::{CREATED_BY, CREATED_BY_LABEL, Namespaces};
 
 /// Where the hub reaches this member's kube-apiserver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,8 +171,13 @@ fn apply_failed(what: &'static str) -> impl FnOnce(kube::Error) -> FencerError {
 pub async fn make(
     client: &kube::Client,
     target: &FencingTarget,
+    namespaces: &Namespaces,
 ) -> Result<FencingCredential, FencerError> {
     let ns = &target.namespace;
+    namespaces
+        .ensure(ns)
+        .await
+        .map_err(apply_failed("the fencing ServiceAccount's namespace"))?;
     let apply = PatchParams::apply(FIELD_MANAGER).force();
     let labels = json!({CREATED_BY_LABEL: CREATED_BY});
     let account = json!({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -264,12 +270,13 @@ fn token_of(secret: &Secret) -> Option<String> {
 pub async fn provide(
     client: kube::Client,
     target: FencingTarget,
+    namespaces: Arc<Namespaces>,
     published: watch::Sender<Option<FencingCredential>>,
     refresh: Duration,
 ) {
     let mut backoff = Backoff::new(Duration::from_millis(250), Duration::from_secs(10));
     loop {
-        match make(&client, &target).await {
+        match make(&client, &target, &namespaces).await {
             Ok(credential) => {
                 backoff.reset();
                 let changed = published.send_if_modified(|current| {

@@ -87,7 +87,7 @@ pub async fn run(mode: &HubMode) -> Stopped {
     let (applier, queue) = Applier::new(ApplierParts {
         client: client.clone(),
         catalog: catalog.clone(),
-        namespaces,
+        namespaces: namespaces.clone(),
         book: book.clone(),
         metrics: mode.metrics.clone(),
         cluster: mode.cluster.clone(),
@@ -134,6 +134,7 @@ pub async fn run(mode: &HubMode) -> Stopped {
         tasks.spawn(fencer::provide(
             client.clone(),
             target,
+            namespaces.clone(),
             fencing_tx,
             FENCING_CREDENTIAL_REFRESH,
         ));
