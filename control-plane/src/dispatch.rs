@@ -3,15 +3,16 @@
 //! The manifest is the template without what belongs to the hub's copy (uid, resourceVersion,
 //! managed fields, owner references, finalizers, status, `kubectl` bookkeeping, and per kind what
 //! the hub's API server generated: [`crate::prune`]), labelled with its binding so the agent can
-//! adopt it after a restart and remove it when it is no longer assigned. A Divided workload gets its cluster's share of the replicas through the
+//! adopt it after a restart and remove it when it is no longer assigned, and annotated with the
+//! template's generation. A Divided workload gets its cluster's share of the replicas through the
 //! kind's ReviseReplica rule. A copy made after an eviction that preserved state carries that
 //! state as labels ([`crate::failover::preserved_labels`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use lifeboat_api::binding::{
-    ANNOTATION_BINDING_UID, InPlaceResetRecord, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE,
-    ResourceBinding, ResourceBindingSpec, TargetCluster,
+    ANNOTATION_BINDING_UID, ANNOTATION_TEMPLATE_GENERATION, InPlaceResetRecord, LABEL_BINDING_NAME,
+    LABEL_BINDING_NAMESPACE, ResourceBinding, ResourceBindingSpec, TargetCluster,
 };
 use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
 use lifeboat_api::protocol::{ResetRequest, Work, WorkKey};
@@ -62,7 +63,7 @@ pub fn divides_replicas(binding: &ResourceBinding) -> bool {
 }
 
 /// The template as the member must receive it: hub-only metadata, status and what the hub's API
-/// server generated dropped, the binding's labels and UID annotation added.
+/// server generated dropped, the binding's labels, its UID and the template's generation added.
 /// The template itself is not changed.
 pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Value, DispatchError> {
     let object = template.as_object().ok_or(DispatchError::NotAnObject)?;
@@ -100,6 +101,12 @@ pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Valu
         ANNOTATION_BINDING_UID.into(),
         Value::String(binding.metadata.uid.clone().unwrap_or_default()),
     );
+    if let Some(generation) = field("generation").and_then(|g| g.as_i64()) {
+        annotations.insert(
+            ANNOTATION_TEMPLATE_GENERATION.into(),
+            Value::String(generation.to_string()),
+        );
+    }
     metadata.insert(
         "annotations".into(),
         Value::Object(annotations.into_iter().collect()),
@@ -243,7 +250,8 @@ mod tests {
                 "metadata": {"name": "web", "namespace": "shop",
                     "labels": {"app": "web", "work.lifeboat.dev/binding-name": "web-deployment",
                                "work.lifeboat.dev/binding-namespace": "shop"},
-                    "annotations": {"keep": "me", "work.lifeboat.dev/binding-uid": "rb-uid"}},
+                    "annotations": {"keep": "me", "work.lifeboat.dev/binding-uid": "rb-uid",
+                                    "resourcetemplate.lifeboat.dev/generation": "3"}},
                 "spec": {"replicas": 6, "template": {"spec": {"containers": [{"name": "c"}]}}}
             })
         );
@@ -273,6 +281,10 @@ mod tests {
         assert_eq!(
             m["spec"]["template"]["metadata"]["labels"],
             json!({"app": "train"})
+        );
+        assert_eq!(
+            m["metadata"]["annotations"]["resourcetemplate.lifeboat.dev/generation"],
+            "1"
         );
         assert_eq!(template, before, "the hub's template is left as it is");
     }
