@@ -525,7 +525,8 @@ def job_cases():
             {"clusterName": "m1", "status": {"succeeded": 2, "startTime": T0, "completionTime": T1, "conditions": [cond("Complete", t=T1)]}},
             {"clusterName": "m2", "status": {"succeeded": 2, "startTime": T0, "completionTime": T2, "conditions": [cond("Complete", t=T2)]}}],
          "output": {"aggregatedStatus": with_status(tpl, {"active": 0, "ready": 0, "succeeded": 4, "failed": 0, "startTime": T0, "completionTime": T2,
-                                                        "conditions": [cond("Complete", reason="Completed", message="Job completed in every cluster", t=T2)]})}},
+                                                        "conditions": [cond("SuccessCriteriaMet", reason="Completed", message="Job completed in every cluster", t=T2),
+                                                                       cond("Complete", reason="Completed", message="Job completed in every cluster", t=T2)]})}},
         {"name": "one cluster failed", "desiredObj": tpl, "statusItems": [
             {"clusterName": "m1", "status": {"succeeded": 2, "completionTime": T1, "conditions": [cond("Complete", t=T1)]}},
             {"clusterName": "m2", "status": {"failed": 7, "conditions": [cond("Failed", reason="BackoffLimitExceeded", t=T2)]}}],

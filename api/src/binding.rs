@@ -93,6 +93,11 @@ pub const REASON_SCHEDULER_ERROR: &str = "SchedulerError";
 pub const LABEL_BINDING_NAMESPACE: &str = "work.lifeboat.dev/binding-namespace";
 pub const LABEL_BINDING_NAME: &str = "work.lifeboat.dev/binding-name";
 pub const ANNOTATION_BINDING_UID: &str = "work.lifeboat.dev/binding-uid";
+/// Annotation the hub puts on each copy: the template's `metadata.generation` the copy was made
+/// from, so a status rule can tell a member that caught up with the template (the Deployment and
+/// StatefulSet rules advance the template's `observedGeneration` with it; Karmada's
+/// `resourcetemplate.karmada.io/generation`).
+pub const ANNOTATION_TEMPLATE_GENERATION: &str = "resourcetemplate.lifeboat.dev/generation";
 /// Label on a binding naming its policy (`<Kind>/<namespace>/<name>`-safe form is in spec).
 pub const LABEL_POLICY_NAME: &str = "policy.lifeboat.dev/name";
 /// The field manager for everything the hub and agents apply.

@@ -1,17 +1,18 @@
 //! From a binding and its template to the work each cluster's agent applies, pure.
 //!
 //! The manifest is the template without what belongs to the hub's copy (uid, resourceVersion,
-//! managed fields, owner references, finalizers, status, `kubectl` bookkeeping), labelled with
-//! its binding so the agent can adopt it after a restart and remove it when it is no longer
-//! assigned. A Divided workload gets its cluster's share of the replicas through the kind's
-//! ReviseReplica rule. A copy made after an eviction that preserved state carries that state as
-//! labels ([`crate::failover::preserved_labels`]).
+//! managed fields, owner references, finalizers, status, `kubectl` bookkeeping, and per kind what
+//! the hub's API server generated: [`crate::prune`]), labelled with its binding so the agent can
+//! adopt it after a restart and remove it when it is no longer assigned, and annotated with the
+//! template's generation. A Divided workload gets its cluster's share of the replicas through the
+//! kind's ReviseReplica rule. A copy made after an eviction that preserved state carries that
+//! state as labels ([`crate::failover::preserved_labels`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use lifeboat_api::binding::{
-    ANNOTATION_BINDING_UID, InPlaceResetRecord, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE,
-    ResourceBinding, ResourceBindingSpec, TargetCluster,
+    ANNOTATION_BINDING_UID, ANNOTATION_TEMPLATE_GENERATION, InPlaceResetRecord, LABEL_BINDING_NAME,
+    LABEL_BINDING_NAMESPACE, ResourceBinding, ResourceBindingSpec, TargetCluster,
 };
 use lifeboat_api::policy::{PurgeMode, ReplicaSchedulingType};
 use lifeboat_api::protocol::{ResetRequest, Work, WorkKey};
@@ -61,8 +62,9 @@ pub fn divides_replicas(binding: &ResourceBinding) -> bool {
             .is_some_and(|r| r.replica_scheduling_type == ReplicaSchedulingType::Divided)
 }
 
-/// The template as the member must receive it: hub-only metadata and status dropped, the
-/// binding's labels and UID annotation added.
+/// The template as the member must receive it: hub-only metadata, status and what the hub's API
+/// server generated dropped, the binding's labels, its UID and the template's generation added.
+/// The template itself is not changed.
 pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Value, DispatchError> {
     let object = template.as_object().ok_or(DispatchError::NotAnObject)?;
     let mut out = Map::new();
@@ -99,12 +101,20 @@ pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Valu
         ANNOTATION_BINDING_UID.into(),
         Value::String(binding.metadata.uid.clone().unwrap_or_default()),
     );
+    if let Some(generation) = field("generation").and_then(|g| g.as_i64()) {
+        annotations.insert(
+            ANNOTATION_TEMPLATE_GENERATION.into(),
+            Value::String(generation.to_string()),
+        );
+    }
     metadata.insert(
         "annotations".into(),
         Value::Object(annotations.into_iter().collect()),
     );
     out.insert("metadata".into(), Value::Object(metadata));
-    Ok(Value::Object(out))
+    let mut manifest = Value::Object(out);
+    crate::prune::remove_generated(&mut manifest);
+    Ok(manifest)
 }
 
 /// The work for one target cluster. `revise` applies the kind's ReviseReplica rule
@@ -240,11 +250,43 @@ mod tests {
                 "metadata": {"name": "web", "namespace": "shop",
                     "labels": {"app": "web", "work.lifeboat.dev/binding-name": "web-deployment",
                                "work.lifeboat.dev/binding-namespace": "shop"},
-                    "annotations": {"keep": "me", "work.lifeboat.dev/binding-uid": "rb-uid"}},
+                    "annotations": {"keep": "me", "work.lifeboat.dev/binding-uid": "rb-uid",
+                                    "resourcetemplate.lifeboat.dev/generation": "3"}},
                 "spec": {"replicas": 6, "template": {"spec": {"containers": [{"name": "c"}]}}}
             })
         );
         assert!(base_manifest(&json!([1]), &b).is_err());
+    }
+
+    #[test]
+    fn a_job_reaches_the_member_without_what_the_hubs_api_server_generated() {
+        let b = binding(
+            json!({"resource": {"apiVersion": "batch/v1", "kind": "Job", "name": "train"}}),
+        );
+        let template = json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "shop", "uid": "hub-uid", "generation": 1},
+            "spec": {
+                "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": "hub-uid"}},
+                "template": {"metadata": {"labels": {"app": "train",
+                    "controller-uid": "hub-uid", "batch.kubernetes.io/controller-uid": "hub-uid",
+                    "job-name": "train", "batch.kubernetes.io/job-name": "train"}},
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}}
+            },
+            "status": {"active": 1}
+        });
+        let before = template.clone();
+        let m = base_manifest(&template, &b).unwrap();
+        assert_eq!(m["spec"].get("selector"), None);
+        assert_eq!(
+            m["spec"]["template"]["metadata"]["labels"],
+            json!({"app": "train"})
+        );
+        assert_eq!(
+            m["metadata"]["annotations"]["resourcetemplate.lifeboat.dev/generation"],
+            "1"
+        );
+        assert_eq!(template, before, "the hub's template is left as it is");
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod ledger;
 pub mod manual_reset;
 pub mod placement;
 pub mod processor;
+pub mod prune;
 pub mod queue;
 pub mod recovery;
 pub mod status;

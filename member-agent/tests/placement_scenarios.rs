@@ -6,8 +6,11 @@
 //! - member-1 (region us-east-1): its 8-GPU nodes are cordoned and three 2-GPU nodes added, so
 //!   it has 6 free GPUs in sum but no node with 4;
 //! - member-2 (region eu-west-1): its Cluster is tainted `dedicated=team-a:NoSchedule`;
-//! - member-3 (region us-east-1): two 8-GPU nodes, untainted.
+//! - member-3 (region us-east-1): two 8-GPU nodes, untainted; it and the hub serve the operator
+//!   kinds the hub places (JobSet, PyTorchJob, RayJob; `kinds::install_crds`).
 
+#[path = "placement_scenarios/kinds.rs"]
+mod kinds;
 mod support;
 
 use std::collections::BTreeMap;
@@ -83,6 +86,10 @@ fn main() -> ExitCode {
                 "a_customization_applied_to_the_running_hub_takes_effect_and_its_deletion_undoes_it",
                 customization_without_restart,
             ),
+            E2eTest::new(
+                "every_kind_the_hub_places_runs_in_its_member_healthy_with_its_status_on_the_hub",
+                kinds::every_kind_runs_in_its_member,
+            ),
         ],
     )
 }
@@ -151,8 +158,10 @@ async fn start(ctx: &TestContext) -> Result<Setup, TestError> {
     }
 
     let hub = ctx.client("hub").await?;
-    // The hub serves AppWrappers as templates (it runs none itself).
+    // The hub serves AppWrappers as templates (it runs none itself), and the operator kinds it
+    // places; member-3 serves the operator kinds too (`kinds`).
     lifeboat_agent::install::ensure_crd(&hub).await?;
+    kinds::install_crds(&hub, &ctx.client(M3).await?).await?;
     let hub_url = start_hub(ctx).await?;
     let dir = tempfile_dir("placement-scenarios")?;
     bootstrap(&hub, &dir).await?;
@@ -197,11 +206,22 @@ async fn start(ctx: &TestContext) -> Result<Setup, TestError> {
                     return Err("not Ready yet".to_string());
                 }
                 let status = c.status.clone().unwrap_or_default();
-                for api in ["workload.codeflare.dev/v1beta2", "apps/v1"] {
+                let mut apis = vec![
+                    "workload.codeflare.dev/v1beta2".to_string(),
+                    "apps/v1".into(),
+                ];
+                if member == M3 {
+                    apis.extend(
+                        kinds::OPERATOR_KINDS
+                            .iter()
+                            .map(|(group, version, _)| format!("{group}/{version}")),
+                    );
+                }
+                for api in &apis {
                     if !status
                         .api_enablements
                         .iter()
-                        .any(|a| a.group_version == api)
+                        .any(|a| &a.group_version == api)
                     {
                         return Err(format!("{api} not reported yet"));
                     }

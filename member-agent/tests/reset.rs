@@ -35,8 +35,8 @@ use lifeboat_hub::ledger::{EventKind, Ledger};
 use lifeboat_hub::manual_reset::{self, ManualResetError};
 use serde_json::{Value, json};
 use support::hub::{
-    binding_of, member_api, placement, start_hub_with, tempfile_dir, two_agents,
-    until_placed_on_one,
+    binding_of, install_operator_crd, member_api, placement, start_hub_with, tempfile_dir,
+    two_agents, until_placed_on_one,
 };
 use support::{T, metric, metrics_text};
 
@@ -62,24 +62,6 @@ fn main() -> ExitCode {
 
 fn pytorchjob_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("kubeflow.org", "v1", "PyTorchJob"))
-}
-
-/// The kubeflow PyTorchJob CRD (any content, with the status subresource the operator writes
-/// through), as the training operator installs it; waits until it is served.
-async fn install_pytorchjob_crd(client: &kube::Client) -> TestResult {
-    let crd = serde_json::from_value(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "pytorchjobs.kubeflow.org"},
-        "spec": {"group": "kubeflow.org", "scope": "Namespaced",
-            "names": {"kind": "PyTorchJob", "plural": "pytorchjobs", "singular": "pytorchjob",
-                      "listKind": "PyTorchJobList"},
-            "versions": [{"name": "v1", "served": true, "storage": true,
-                "subresources": {"status": {}},
-                "schema": {"openAPIV3Schema": {"type": "object",
-                    "x-kubernetes-preserve-unknown-fields": true}}}]}
-    }))?;
-    lifeboat_runtime::crd::ensure(client, &crd, "e2e", T).await?;
-    Ok(())
 }
 
 /// A PyTorchJob with one master and one worker (no operator runs it: no pods).
@@ -259,7 +241,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
         return Err("the fleet needs two members".into());
     };
     for cluster in ["hub", first.as_str(), second.as_str()] {
-        install_pytorchjob_crd(&ctx.client(cluster).await?).await?;
+        install_operator_crd(&ctx.client(cluster).await?, &pytorchjob_resource()).await?;
     }
     let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
     let hub_url = start_hub_with(&ctx, |o| o.metrics_bind = Some(metrics)).await?;

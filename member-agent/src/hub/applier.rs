@@ -88,10 +88,68 @@ impl ApplyError {
             ApplyError::Kube {
                 context,
                 source: kube::Error::Api(s),
-            } => format!("{context}: {} ({}, {})", s.message, s.reason, s.code),
+            } => refusal(context, s),
             other => other.to_string(),
         }
     }
+}
+
+/// A cause's message longer than this keeps only its start and its end.
+const CAUSE_MESSAGE_CHARS: usize = 160;
+
+/// An API server's refusal as the hub shows it: with causes (a validation error names each field),
+/// the message's headline then each field and its message, the rejected value cut short when
+/// long (the server prints the whole value, e.g. a Job's pod template, before the reason), so
+/// every field and its reason fit in the hub's 1 KiB `appliedMessage`; without causes, the
+/// server's message.
+fn refusal(context: &str, status: &kube::core::Status) -> String {
+    let causes = status
+        .details
+        .as_ref()
+        .map(|d| d.causes.as_slice())
+        .unwrap_or_default();
+    if causes.is_empty() {
+        return format!(
+            "{context}: {} ({}, {})",
+            status.message, status.reason, status.code
+        );
+    }
+    let headline = status
+        .message
+        .split_once(": ")
+        .map_or(status.message.as_str(), |(headline, _)| headline);
+    let causes: Vec<String> = causes
+        .iter()
+        .map(|c| {
+            let message = shortened(&c.message);
+            if c.field.is_empty() {
+                message
+            } else {
+                format!("{}: {message}", c.field)
+            }
+        })
+        .collect();
+    format!(
+        "{context}: {headline}: {} ({}, {})",
+        causes.join("; "),
+        status.reason,
+        status.code
+    )
+}
+
+/// `message` whole when short, else its first and last characters around a `…` (the reason
+/// comes last).
+fn shortened(message: &str) -> String {
+    let chars = message.chars().count();
+    if chars <= CAUSE_MESSAGE_CHARS {
+        return message.to_string();
+    }
+    let head: String = message.chars().take(CAUSE_MESSAGE_CHARS / 4).collect();
+    let tail: String = message
+        .chars()
+        .skip(chars - CAUSE_MESSAGE_CHARS * 3 / 4)
+        .collect();
+    format!("{head}…{tail}")
 }
 
 #[derive(Debug)]
@@ -954,5 +1012,82 @@ impl Applier {
             self.remove(&key, None);
         }
         self.sweep(&BTreeSet::new()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+    use kube::core::response::{StatusCause, StatusDetails};
+
+    fn invalid(message: &str, causes: Vec<StatusCause>) -> ApplyError {
+        let mut status = Status::failure(message, "Invalid").with_code(422);
+        if !causes.is_empty() {
+            status = status.with_details(StatusDetails {
+                name: "train".into(),
+                group: "batch".into(),
+                kind: "Job".into(),
+                uid: String::new(),
+                causes,
+                retry_after_seconds: 0,
+            });
+        }
+        ApplyError::kube(
+            "applying Job.batch ml/train",
+            kube::Error::Api(status.boxed()),
+        )
+    }
+
+    fn cause(field: &str, message: &str) -> StatusCause {
+        StatusCause {
+            reason: "FieldValueInvalid".into(),
+            message: message.into(),
+            field: field.into(),
+        }
+    }
+
+    #[test]
+    fn a_refusal_names_each_field_and_its_reason_with_a_long_value_cut_short() {
+        let template = format!(
+            "{{\"labels\":{{}},\"Spec\":{{{}}}}}",
+            "\"x\":null,".repeat(300)
+        );
+        let long = format!("Invalid value: {template}: field is immutable");
+        let err = invalid(
+            &format!("Job.batch \"train\" is invalid: spec.template: {long}"),
+            vec![
+                cause("spec.template", &long),
+                cause("spec.selector", "Invalid value: \"x\": must be 'u2'"),
+            ],
+        );
+        let message = err.message();
+        assert!(message.len() < 600, "{} bytes: {message}", message.len());
+        assert!(
+            message.starts_with(
+                "applying Job.batch ml/train: Job.batch \"train\" is invalid: spec.template: Invalid value: {"
+            ),
+            "{message}"
+        );
+        assert!(message.contains('…'), "{message}");
+        assert!(
+            message.ends_with(
+                "\"x\":null,}}: field is immutable; spec.selector: Invalid value: \"x\": must be 'u2' (Invalid, 422)"
+            ),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_refusal_without_causes_is_the_servers_message() {
+        let err = invalid("admission webhook \"w\" denied the request: no", vec![]);
+        assert_eq!(
+            err.message(),
+            "applying Job.batch ml/train: admission webhook \"w\" denied the request: no (Invalid, 422)"
+        );
+        let short = "Invalid value: \"python train.py --resume\": entrypoint is immutable";
+        assert_eq!(shortened(short), short);
+        let unicode = "é".repeat(CAUSE_MESSAGE_CHARS + 1);
+        assert_eq!(shortened(&unicode).chars().count(), CAUSE_MESSAGE_CHARS + 1);
     }
 }

@@ -144,6 +144,39 @@ pub fn tempfile_dir(name: &str) -> Result<std::path::PathBuf, TestError> {
     Ok(dir)
 }
 
+/// Installs the CRD of an operator's kind (`plural.group`, one served version, any content, with
+/// the status subresource the operator writes through), as its operator would; waits until it is
+/// served. No operator runs on the fleet: the objects make no pods.
+pub async fn install_operator_crd(
+    client: &kube::Client,
+    resource: &ApiResource,
+) -> Result<(), TestError> {
+    install_operator_crd_with(client, resource, serde_json::json!({})).await
+}
+
+/// [`install_operator_crd`] with `properties` declared in its schema (the rest stays open).
+pub async fn install_operator_crd_with(
+    client: &kube::Client,
+    resource: &ApiResource,
+    properties: serde_json::Value,
+) -> Result<(), TestError> {
+    let crd = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{}.{}", resource.plural, resource.group)},
+        "spec": {"group": resource.group, "scope": "Namespaced",
+            "names": {"kind": resource.kind, "plural": resource.plural,
+                      "singular": resource.kind.to_lowercase(),
+                      "listKind": format!("{}List", resource.kind)},
+            "versions": [{"name": resource.version, "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "properties": properties}}}]}
+    }))?;
+    lifeboat_runtime::crd::ensure(client, &crd, "e2e", T).await?;
+    Ok(())
+}
+
 pub fn policy_resource() -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk(
         "policy.lifeboat.dev",
