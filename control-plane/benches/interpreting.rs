@@ -412,10 +412,10 @@ fn reinterpret(args: &Args) -> Result<(), String> {
                     }
                     Some(done) = engine.next_done() => {
                         folded += engine.late(done, &now()).reevaluated;
-                        if folded >= expected && expected > 0 && reinterpreted_after.is_none() {
-                            reinterpreted_after = Some(started.elapsed().as_secs_f64());
-                        }
                     }
+                }
+                if folded >= expected && expected > 0 && reinterpreted_after.is_none() {
+                    reinterpreted_after = Some(started.elapsed().as_secs_f64());
                 }
             }
             latencies.sort_by(f64::total_cmp);
