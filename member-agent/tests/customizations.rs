@@ -114,7 +114,8 @@ async fn refused_at_admission(ctx: &TestContext) -> TestResult {
                 .await
                 .map_err(|e| e.to_string())?
             {
-                Err(stderr) if stderr.contains("vcustomization.lifeboat.dev") => Ok(stderr),
+                // kubectl shows the webhook's causes as it shows a schema error: the field, why.
+                Err(stderr) if stderr.contains(HEALTH_FIELD) => Ok(stderr),
                 Err(stderr) => Err(format!("refused, not by the webhook yet: {stderr}")),
                 Ok(_) => {
                     // Admitted before the webhook was live: remove it and try again.
@@ -138,7 +139,7 @@ async fn refused_at_admission(ctx: &TestContext) -> TestResult {
     )
     .await?;
     for expected in [
-        "ResourceInterpreterCustomization widgets-broken",
+        "resourceinterpretercustomizations \"widgets-broken\" is invalid",
         HEALTH_FIELD,
         "does not compile",
         // the line of the error
