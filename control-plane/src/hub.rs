@@ -85,6 +85,8 @@ pub struct HubOptions {
     /// How long a new leader waits at most for the agents of the Ready clusters to re-send
     /// their full state before it decides anything (`crate::recovery`).
     pub recovery_timeout: Duration,
+    /// The customization admission webhook (`crate::admission`), served by every replica.
+    pub webhook: Option<crate::admission::WebhookOptions>,
 }
 
 /// Default of [`HubOptions::recovery_timeout`]: three default cluster leases (a dead agent's
@@ -128,6 +130,8 @@ pub enum HubError {
     LostLeadership,
     #[error("the event ledger: {0}")]
     Ledger(#[from] crate::ledger::LedgerError),
+    #[error("the customization webhook: {0}")]
+    Webhook(#[from] crate::admission::WebhookError),
 }
 
 /// A client of the hub cluster.
@@ -285,6 +289,9 @@ pub async fn run(
         }
     }
     ensure_namespace(&client, &options.agent_api.namespace).await?;
+    if let Some(webhook) = &options.webhook {
+        crate::admission::start(webhook, &client, &options.agent_api.namespace).await?;
+    }
     // The ledger's migrations run here: a database the hub cannot use stops it at start.
     let ledger = Ledger::connect(&options.database_url).await?;
     tracing::info!(backend = ledger.backend().as_str(), "event ledger ready");
@@ -436,6 +443,7 @@ async fn lead(
         let binder = binder_slot.clone();
         let leading = leader_rx.clone();
         let aggregate = aggregate_all.clone();
+        let rejected_events = crate::interpreters::RejectedEvents::new(client.clone());
         let store = cache(
             Api::<ResourceInterpreterCustomization>::all(client.clone()),
             readiness.expect("ResourceInterpreterCustomizations"),
@@ -449,6 +457,9 @@ async fn lead(
                 let (layered, rejected) = Interpreters::layered(builtin.clone(), &all);
                 for r in &rejected {
                     tracing::warn!(customization = %r.name, reason = %r.reason, "interpreter customization rejected");
+                }
+                if leading.borrow().is_leader {
+                    rejected_events.post(&rejected);
                 }
                 handle.replace(layered);
                 tracing::info!(

@@ -13,6 +13,7 @@
 //! says whether this process acts. [`ledger`] is the append-only event timeline (sqlx: SQLite or
 //! PostgreSQL). [`hub`] runs it all as one process (the `lifeboat-hub` binary).
 
+pub mod admission;
 pub mod agentapi;
 pub mod binder;
 pub mod clusters;
@@ -24,7 +25,9 @@ pub mod failover_record;
 pub mod fencer;
 pub mod hub;
 pub mod intake;
+pub mod interpreter_events;
 pub mod interpreters;
+pub mod lanes;
 pub mod leadership;
 pub mod ledger;
 pub mod manual_reset;

@@ -9,11 +9,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
+use lifeboat_hub::admission::{FailurePolicy, WebhookOptions};
 use lifeboat_hub::agentapi::AgentApiConfig;
 use lifeboat_hub::clusters::ClusterHealthConfig;
 use lifeboat_hub::hub::{self, AgentApiTls, HubOptions};
 use lifeboat_hub::ledger::DEFAULT_DATABASE_URL;
 use lifeboat_runtime::leader::flags::LeaderElectionArgs;
+use lifeboat_runtime::webhook::ClientConfigTarget;
 use lifeboat_scheduler::SchedulerConfig;
 use lifeboat_tls::PemFiles;
 
@@ -102,6 +104,33 @@ struct Args {
     /// lifeboat-ledger.db in the working directory.
     #[arg(long, env = "LIFEBOAT_DATABASE_URL", default_value = DEFAULT_DATABASE_URL, hide_env_values = true)]
     database_url: String,
+    /// Serve the ResourceInterpreterCustomization admission webhook (scripts that do not
+    /// compile are refused) and register it; the apiserver calls it at https://HOST:PORT (a hub
+    /// outside the cluster), e.g. 127.0.0.1. Its certificate is issued from the CA in
+    /// --agent-api-ca-secret.
+    #[arg(long = "webhook-url-host", value_name = "HOST")]
+    webhook_url_host: Option<String>,
+    /// Port in the webhook URL, when it differs from the bound port.
+    #[arg(long = "webhook-url-port", value_name = "PORT")]
+    webhook_url_port: Option<u16>,
+    /// Serve and register the webhook; the apiserver calls it through this Service.
+    #[arg(
+        long = "webhook-service",
+        value_name = "NAMESPACE/NAME:PORT",
+        conflicts_with = "webhook_url_host"
+    )]
+    webhook_service: Option<String>,
+    /// Address the webhook server listens on.
+    #[arg(long = "webhook-bind", default_value = "0.0.0.0:9444")]
+    webhook_bind: SocketAddr,
+    /// What the apiserver does when no hub answers the webhook: Ignore (admit unchecked; a
+    /// script that does not compile still shows at runtime) or Fail (refuse every change of a
+    /// customization until a hub answers).
+    #[arg(long = "webhook-failure-policy", default_value = "Ignore")]
+    webhook_failure_policy: String,
+    /// Name of the webhook's ValidatingWebhookConfiguration.
+    #[arg(long = "webhook-configuration", default_value = lifeboat_hub::admission::CONFIGURATION)]
+    webhook_configuration: String,
 }
 
 impl Args {
@@ -140,6 +169,31 @@ impl Args {
         let leader_election = self
             .leader_election
             .lease(HUB_LEASE_NAME, &self.namespace)?;
+        let failure_policy: FailurePolicy = self
+            .webhook_failure_policy
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--webhook-failure-policy: {e}"))?;
+        let webhook_target = match (&self.webhook_url_host, &self.webhook_service) {
+            (Some(host), _) if host.trim().is_empty() => {
+                anyhow::bail!("--webhook-url-host: must not be empty")
+            }
+            (Some(host), _) => Some(ClientConfigTarget::Url {
+                host: host.clone(),
+                port: self.webhook_url_port,
+            }),
+            (None, Some(service)) => Some(
+                ClientConfigTarget::parse_service(service)
+                    .map_err(|e| anyhow::anyhow!("--webhook-service: {e}"))?,
+            ),
+            (None, None) => None,
+        };
+        let webhook = webhook_target.map(|target| WebhookOptions {
+            bind: self.webhook_bind,
+            target,
+            failure_policy,
+            ca_secret: self.agent_api_ca_secret.clone(),
+            configuration: self.webhook_configuration.clone(),
+        });
         Ok(HubOptions {
             kubeconfig: self.kubeconfig.clone(),
             install_crds: !self.no_install_crds,
@@ -165,6 +219,7 @@ impl Args {
             cluster_eviction_rate: self.cluster_eviction_rate,
             database_url: self.database_url.clone(),
             recovery_timeout: Duration::from_secs(self.recovery_timeout_seconds),
+            webhook,
         })
     }
 }
@@ -238,5 +293,40 @@ mod tests {
         let files =
             options(&["--agent-api-cert-file", "/c", "--agent-api-key-file", "/k"]).unwrap();
         assert!(matches!(files.agent_api_tls, AgentApiTls::Files(_)));
+        let e = options(&[
+            "--webhook-url-host",
+            "127.0.0.1",
+            "--webhook-failure-policy",
+            "fail",
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--webhook-failure-policy"), "{e}");
+        let e = options(&["--webhook-service", "hub:443"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--webhook-service"), "{e}");
+    }
+
+    #[test]
+    fn the_webhook_is_served_when_a_way_to_reach_it_is_given() {
+        assert!(options(&[]).unwrap().webhook.is_none());
+        let o = options(&["--webhook-url-host", "127.0.0.1"]).unwrap();
+        let webhook = o.webhook.unwrap();
+        assert_eq!(webhook.failure_policy, FailurePolicy::Ignore);
+        assert_eq!(webhook.bind.port(), 9444);
+        let o = options(&[
+            "--webhook-service",
+            "lifeboat-system/lifeboat-hub-webhook:443",
+            "--webhook-failure-policy",
+            "Fail",
+        ])
+        .unwrap();
+        let webhook = o.webhook.unwrap();
+        assert_eq!(webhook.failure_policy, FailurePolicy::Fail);
+        assert!(matches!(
+            webhook.target,
+            ClientConfigTarget::Service { port: 443, .. }
+        ));
     }
 }

@@ -14,8 +14,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
@@ -25,12 +26,13 @@ use lifeboat_api::binding::{
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::protocol::{ObservedObject, RejectedItem, StatusResponse, WorkKey, WorkStatus};
-use lifeboat_interpreter::HealthState;
+use lifeboat_interpreter::{HealthState, Limit, Operation};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::intake::{StatusBatch, StatusReceiver};
-use crate::interpreters::{InterpreterHandle, Interpreters};
+use crate::interpreters::{Evaluated, Failure, InterpreterHandle, Interpreters, Kind};
+use crate::lanes::{LaneKey, Pool, Priority};
 use crate::status::{self, HealthVerdict, Observation};
 use crate::work_store::WorkStore;
 
@@ -59,6 +61,25 @@ pub struct Processed {
     /// The statuses the batch replaced (items and cached interpretations), for the caller to
     /// free off its critical path ([`free_in_parallel`]).
     pub displaced: Vec<serde_json::Value>,
+    /// Scripts that failed in the interpretations folded in (for the bindings' Events).
+    pub failures: Vec<FailureNotice>,
+    /// What the interpretations folded in cost, per customization and operation.
+    pub costs: Vec<Cost>,
+    /// Items whose interpretation was left to come after the batch.
+    pub deferred: usize,
+    /// Interpretations that came after their report (folded in, or dropped as superseded).
+    pub late: usize,
+    /// Of those, re-evaluations after a change of customizations.
+    pub reevaluated: usize,
+}
+
+/// A script that failed on a binding's object in one cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureNotice {
+    pub key: WorkKey,
+    pub binding_uid: String,
+    pub cluster: String,
+    pub failure: Failure,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +90,12 @@ struct Tracked {
     last_report: HashMap<String, Time>,
     /// The last interpretation per cluster (the interpretation cache).
     interpreted: HashMap<String, Interpreted>,
+    /// The last report with an object per cluster: re-interpreted when the customizations of
+    /// its kind change, and folded in with an interpretation that comes late.
+    observed: HashMap<String, WorkStatus>,
+    /// Per cluster, the object (fingerprint) whose interpretation is on its way: a report of
+    /// it waits for that interpretation instead of starting another.
+    pending: HashMap<String, Fingerprint>,
 }
 
 impl Tracked {
@@ -134,6 +161,40 @@ pub struct Interpreted {
     fingerprint: Fingerprint,
     verdict: HealthVerdict,
     reflected: Option<serde_json::Value>,
+    /// The object's kind, `apiVersion/kind` (re-interpreted when its customizations change).
+    kind: Option<LaneKey>,
+    /// The scripts that failed on it.
+    failures: Vec<Failure>,
+    /// What each operation cost (recorded in the metrics once, when it is folded in).
+    costs: Vec<Cost>,
+}
+
+/// The cost of one operation of one customization on one object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cost {
+    pub customization: String,
+    pub operation: Operation,
+    pub seconds: f64,
+    pub outcome: Outcome,
+}
+
+/// How an operation ended, for the metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Error,
+    /// Stopped by the wall clock or the instruction budget.
+    Timeout,
+}
+
+impl Outcome {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Error => "error",
+            Outcome::Timeout => "timeout",
+        }
+    }
 }
 
 impl Interpreted {
@@ -144,18 +205,23 @@ impl Interpreted {
         fingerprint: Fingerprint,
         interpreters: &Interpreters,
     ) -> Interpreted {
-        let (verdict, reflected) = match observed.to_value() {
-            Ok(object) => interpret(interpreters, &object),
+        match observed.to_value() {
+            Ok(object) => {
+                let mut interpreted = interpret(interpreters, &object);
+                interpreted.fingerprint = fingerprint;
+                interpreted
+            }
             // The API took it as JSON, so this is not expected; the item says why if it happens.
-            Err(e) => (
-                HealthVerdict::Failed(format!("the observed object cannot be parsed: {e}")),
-                None,
-            ),
-        };
-        Interpreted {
-            fingerprint,
-            verdict,
-            reflected,
+            Err(e) => Interpreted {
+                fingerprint,
+                verdict: HealthVerdict::Failed(format!(
+                    "the observed object cannot be parsed: {e}"
+                )),
+                reflected: None,
+                kind: None,
+                failures: Vec::new(),
+                costs: Vec::new(),
+            },
         }
     }
 }
@@ -293,11 +359,21 @@ impl StatusState {
         let prints = fingerprints(batch, interpreters);
         let misses = self.misses(batch, &prints);
         let fresh = interpret_items(batch, &misses, interpreters, interpret_threads());
-        self.fold(batch, work, binding, interpreters, &prints, fresh, now)
+        self.fold(
+            batch,
+            work,
+            binding,
+            interpreters,
+            &prints,
+            fresh,
+            &HashSet::new(),
+            now,
+        )
     }
 
     /// The items of `batch` (index and fingerprint) whose observed object is not the one last
-    /// interpreted for that binding and cluster (`prints` from [`fingerprints`]).
+    /// interpreted for that binding and cluster, nor one whose interpretation is on its way
+    /// (`prints` from [`fingerprints`]).
     pub fn misses(
         &self,
         batch: &StatusBatch,
@@ -311,22 +387,24 @@ impl StatusState {
             .enumerate()
             .filter_map(|(i, (report, print))| {
                 let print = (*print)?;
-                self.cached(&batch.cluster, report)
-                    .is_none_or(|c| c.fingerprint != print)
-                    .then_some((i, print))
+                let tracked = self
+                    .bindings
+                    .get(&report.key)
+                    .filter(|t| t.uid == report.binding_uid);
+                let known = tracked.is_some_and(|t| {
+                    t.interpreted
+                        .get(&batch.cluster)
+                        .is_some_and(|c| c.fingerprint == print)
+                        || t.pending.get(&batch.cluster) == Some(&print)
+                });
+                (!known).then_some((i, print))
             })
             .collect()
     }
 
-    fn cached(&self, cluster: &str, report: &WorkStatus) -> Option<&Interpreted> {
-        self.bindings
-            .get(&report.key)
-            .filter(|t| t.uid == report.binding_uid)
-            .and_then(|t| t.interpreted.get(cluster))
-    }
-
     /// Folds a batch in, in order, with `fresh` interpretations of (some of) its items by index;
-    /// an item with neither a fresh nor a cached interpretation is interpreted here.
+    /// an item with neither a fresh nor a cached interpretation is interpreted here, except the
+    /// `deferred` ones (their interpretation is on its way: [`StatusState::fold_late`]).
     #[allow(clippy::too_many_arguments)]
     pub fn fold(
         &mut self,
@@ -336,6 +414,7 @@ impl StatusState {
         interpreters: &Interpreters,
         prints: &[Option<Fingerprint>],
         mut fresh: HashMap<usize, Fresh>,
+        deferred: &HashSet<usize>,
         now: &Time,
     ) -> Processed {
         let mut processed = Processed::default();
@@ -344,6 +423,7 @@ impl StatusState {
             let interpretation = Interpretation {
                 print: prints.get(i).copied().flatten(),
                 fresh: fresh.remove(&i),
+                deferred: deferred.contains(&i),
                 interpreters,
             };
             match self.take(
@@ -354,7 +434,7 @@ impl StatusState {
                 &binding,
                 interpretation,
                 now,
-                &mut processed.displaced,
+                &mut processed,
             ) {
                 Ok(update) => {
                     processed.response.accepted += 1;
@@ -376,6 +456,105 @@ impl StatusState {
         processed
     }
 
+    /// Folds in an interpretation that came after its report was taken (a deferred item, or a
+    /// re-evaluation after the customizations changed), if it is still the one awaited for
+    /// that binding and cluster; the cluster's item is made from the last report as if it came
+    /// now.
+    pub fn fold_late(&mut self, late: Late, now: &Time, out: &mut Processed) {
+        let Some(tracked) = self
+            .bindings
+            .get_mut(&late.key)
+            .filter(|t| t.uid == late.binding_uid)
+        else {
+            out.costs.extend(late.fresh.interpreted.costs);
+            return;
+        };
+        out.costs
+            .extend(late.fresh.interpreted.costs.iter().cloned());
+        let print = late.fresh.interpreted.fingerprint;
+        if tracked.pending.get(&late.cluster) != Some(&print) {
+            return; // a newer report, or a newer layering, made another one
+        }
+        let Some(report) = tracked.observed.remove(&late.cluster) else {
+            return;
+        };
+        tracked.pending.remove(&late.cluster);
+        let Fresh {
+            interpreted,
+            item_status,
+        } = late.fresh;
+        notice_failures(&mut out.failures, &report, &late.cluster, &interpreted);
+        let verdict = interpreted.verdict.clone();
+        if let Some(old) = tracked
+            .interpreted
+            .insert(late.cluster.clone(), interpreted)
+        {
+            out.displaced.extend(old.reflected);
+        }
+        let update = status::next_item(
+            tracked.items.get(&late.cluster),
+            Observation {
+                cluster: &late.cluster,
+                report: &report,
+                verdict,
+                reflected: item_status,
+            },
+            now,
+        );
+        let changed = tracked.record(&late.cluster, &report, update, now, &mut out.displaced);
+        tracked.observed.insert(late.cluster.clone(), report);
+        if let Some(transition) = changed {
+            if !out.dirty.contains(&late.key) {
+                out.dirty.push(late.key.clone());
+            }
+            out.transitions.extend(transition);
+        }
+    }
+
+    /// After the customizations changed from generation `previous` to `current`: the cached
+    /// interpretations of kinds not in `changed` hold under `current` too (their fingerprints
+    /// take its generation); the last objects of the kinds in `changed` are to be interpreted
+    /// again, now (returned, and awaited as pending).
+    pub fn reinterpretations(
+        &mut self,
+        previous: u64,
+        current: &Interpreters,
+        changed: &HashSet<LaneKey>,
+    ) -> Vec<Reinterpretation> {
+        let mut jobs = Vec::new();
+        for (key, tracked) in &mut self.bindings {
+            for (cluster, report) in &tracked.observed {
+                let Some(observed) = &report.observed else {
+                    continue;
+                };
+                let entry = tracked.interpreted.get_mut(cluster);
+                let kind = entry
+                    .as_ref()
+                    .and_then(|e| e.kind.clone())
+                    .unwrap_or_else(|| lane_of(observed));
+                if !changed.contains(&kind) {
+                    if let Some(entry) = entry
+                        && entry.fingerprint.generation == previous
+                    {
+                        entry.fingerprint.generation = current.generation();
+                    }
+                    continue;
+                }
+                let print = Fingerprint::of(observed, current);
+                tracked.pending.insert(cluster.clone(), print);
+                jobs.push(Reinterpretation {
+                    key: key.clone(),
+                    binding_uid: tracked.uid.clone(),
+                    cluster: cluster.clone(),
+                    observed: observed.clone(),
+                    print,
+                    lane: kind,
+                });
+            }
+        }
+        jobs
+    }
+
     /// `Ok(None)`: taken, nothing changed; `Ok(Some(t))`: changed, with a health transition
     /// if any; `Err(why)`: refused. What it replaces goes to `displaced`.
     #[allow(clippy::type_complexity, clippy::too_many_arguments)]
@@ -388,8 +567,9 @@ impl StatusState {
         binding: &impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
         interpretation: Interpretation<'_>,
         now: &Time,
-        displaced: &mut Vec<serde_json::Value>,
+        out: &mut Processed,
     ) -> Result<Option<Option<HealthTransition>>, String> {
+        let displaced = &mut out.displaced;
         check_assignment(cluster, report, work)?;
         if self
             .bindings
@@ -429,6 +609,8 @@ impl StatusState {
         }
         if report.gone {
             tracked.interpreted.remove(cluster);
+            tracked.observed.remove(cluster);
+            tracked.pending.remove(cluster);
             let update =
                 status::gone_item(tracked.items.get(cluster), cluster, gone_confirmed_by, now);
             return Ok(tracked.record(cluster, report, update, now, displaced));
@@ -439,17 +621,33 @@ impl StatusState {
                 let print = interpretation
                     .print
                     .unwrap_or_else(|| Fingerprint::of(observed, interpreters));
+                remember(&mut tracked.observed, cluster, report);
                 match tracked.interpreted.get(cluster) {
                     Some(cached) if cached.fingerprint == print => {
+                        tracked.pending.remove(cluster);
                         (cached.verdict.clone(), cached.reflected.clone())
                     }
+                    _ if interpretation.deferred
+                        || (interpretation.fresh.is_none()
+                            && tracked.pending.get(cluster) == Some(&print)) =>
+                    {
+                        // Its interpretation is on its way: the item waits for it.
+                        tracked.pending.insert(cluster.to_string(), print);
+                        tracked
+                            .last_report
+                            .insert(cluster.to_string(), report.observed_at.clone());
+                        return Ok(None);
+                    }
                     _ => {
+                        tracked.pending.remove(cluster);
                         let fresh = interpretation
                             .fresh
                             .filter(|f| f.interpreted.fingerprint == print)
                             .unwrap_or_else(|| {
                                 Fresh::new(Interpreted::run(observed, print, interpreters))
                             });
+                        notice_failures(&mut out.failures, report, cluster, &fresh.interpreted);
+                        out.costs.extend(fresh.interpreted.costs.iter().cloned());
                         let verdict = fresh.interpreted.verdict.clone();
                         if let Some(old) = tracked
                             .interpreted
@@ -463,6 +661,8 @@ impl StatusState {
             }
             None => {
                 tracked.interpreted.remove(cluster);
+                tracked.observed.remove(cluster);
+                tracked.pending.remove(cluster);
                 (HealthVerdict::NoRule, None)
             }
         };
@@ -514,6 +714,13 @@ impl StatusState {
                     })
             })
         })
+    }
+
+    /// Whether an interpretation of `key` in some cluster is on its way.
+    pub fn pending(&self, key: &WorkKey) -> bool {
+        self.bindings
+            .get(key)
+            .is_some_and(|t| !t.pending.is_empty())
     }
 
     /// The UID the state of `key` belongs to.
@@ -590,16 +797,76 @@ pub fn fingerprints(batch: &StatusBatch, interpreters: &Interpreters) -> Vec<Opt
 struct Interpretation<'a> {
     print: Option<Fingerprint>,
     fresh: Option<Fresh>,
+    /// Interpreted off the batch: the item waits for it.
+    deferred: bool,
     interpreters: &'a Interpreters,
 }
 
+/// Keeps `report` as the cluster's last report with an object: its object is copied only when
+/// it is not the one kept already (most reports repeat it).
+fn remember(observed: &mut HashMap<String, WorkStatus>, cluster: &str, report: &WorkStatus) {
+    match observed.get_mut(cluster) {
+        Some(kept)
+            if kept.observed.as_ref().map(ObservedObject::json)
+                == report.observed.as_ref().map(ObservedObject::json) =>
+        {
+            kept.revision = report.revision;
+            kept.applied = report.applied;
+            kept.applied_message.clone_from(&report.applied_message);
+            kept.observed_at = report.observed_at.clone();
+            kept.reset_generation = report.reset_generation;
+            kept.fenced = report.fenced;
+        }
+        _ => {
+            observed.insert(cluster.to_string(), report.clone());
+        }
+    }
+}
+
+/// The failures of a fresh interpretation, for the binding's Events.
+fn notice_failures(
+    out: &mut Vec<FailureNotice>,
+    report: &WorkStatus,
+    cluster: &str,
+    interpreted: &Interpreted,
+) {
+    out.extend(interpreted.failures.iter().map(|failure| FailureNotice {
+        key: report.key.clone(),
+        binding_uid: report.binding_uid.clone(),
+        cluster: cluster.to_string(),
+        failure: failure.clone(),
+    }));
+}
+
+/// An interpretation that comes after its report was taken.
+#[derive(Debug)]
+pub struct Late {
+    pub key: WorkKey,
+    pub binding_uid: String,
+    pub cluster: String,
+    pub fresh: Fresh,
+}
+
+/// A last observed object to interpret again (its kind's customizations changed).
+#[derive(Debug, Clone)]
+pub struct Reinterpretation {
+    pub key: WorkKey,
+    pub binding_uid: String,
+    pub cluster: String,
+    pub observed: ObservedObject,
+    pub print: Fingerprint,
+    pub lane: LaneKey,
+}
+
 /// Health and reflected status of an observed object. A kind without a ReflectStatus rule
-/// reflects its whole `status`, as Karmada's fallback does.
-fn interpret(
-    interpreters: &Interpreters,
-    observed: &serde_json::Value,
-) -> (HealthVerdict, Option<serde_json::Value>) {
-    let verdict = match interpreters.interpret_health(observed) {
+/// reflects its whole `status`, as Karmada's fallback does. The fingerprint is the caller's to
+/// set.
+fn interpret(interpreters: &Interpreters, observed: &serde_json::Value) -> Interpreted {
+    let mut failures = Vec::new();
+    let mut costs = Vec::new();
+    let health = interpreters.evaluate_health(observed);
+    costs.push(cost_of(&health, Operation::InterpretHealth));
+    let verdict = match health.result {
         Ok(None) => HealthVerdict::NoRule,
         Ok(Some(health)) => HealthVerdict::Judged {
             health: match health.state {
@@ -610,17 +877,84 @@ fn interpret(
             reason: health.reason,
             class: health.class,
         },
-        Err(e) => HealthVerdict::Failed(e.to_string()),
+        Err(failure) => {
+            let verdict = HealthVerdict::Failed(failure.message.clone());
+            failures.push(failure);
+            verdict
+        }
     };
-    let reflected = match interpreters.reflect_status(observed) {
+    let status = interpreters.evaluate_status(observed);
+    costs.push(cost_of(&status, Operation::InterpretStatus));
+    let reflected = match status.result {
         Ok(Some(status)) => Some(status),
         Ok(None) => observed.get("status").cloned(),
-        Err(e) => {
-            tracing::debug!(error = %e, "ReflectStatus failed; reflecting nothing");
+        Err(failure) => {
+            tracing::debug!(error = %failure.message, "ReflectStatus failed; reflecting nothing");
+            failures.push(failure);
             None
         }
     };
-    (verdict, reflected)
+    Interpreted {
+        fingerprint: Fingerprint {
+            generation: interpreters.generation(),
+            object: 0,
+        },
+        verdict,
+        reflected,
+        kind: kind_of_value(observed),
+        failures,
+        costs,
+    }
+}
+
+/// What an operation cost, for the metrics.
+fn cost_of<T>(evaluated: &Evaluated<T>, operation: Operation) -> Cost {
+    let outcome = match &evaluated.result {
+        Ok(_) => Outcome::Ok,
+        Err(f) if matches!(f.limit, Some(Limit::WallClock | Limit::Instructions)) => {
+            Outcome::Timeout
+        }
+        Err(_) => Outcome::Error,
+    };
+    Cost {
+        customization: evaluated.customization.clone(),
+        operation,
+        seconds: evaluated.seconds,
+        outcome,
+    }
+}
+
+/// `apiVersion/kind` of an object.
+fn kind_of_value(object: &serde_json::Value) -> Option<LaneKey> {
+    let field = |name: &str| object.get(name).and_then(serde_json::Value::as_str);
+    Some(Arc::from(format!(
+        "{}/{}",
+        field("apiVersion")?,
+        field("kind")?
+    )))
+}
+
+/// The lane of an observed object: its kind, read from the text without building the object.
+fn lane_of(observed: &ObservedObject) -> LaneKey {
+    #[derive(serde::Deserialize)]
+    struct Kinded<'a> {
+        #[serde(rename = "apiVersion", borrow, default)]
+        api_version: Option<std::borrow::Cow<'a, str>>,
+        #[serde(borrow, default)]
+        kind: Option<std::borrow::Cow<'a, str>>,
+    }
+    match serde_json::from_str::<Kinded<'_>>(observed.json()) {
+        Ok(k) => Arc::from(format!(
+            "{}/{}",
+            k.api_version.as_deref().unwrap_or(""),
+            k.kind.as_deref().unwrap_or("")
+        )),
+        Err(_) => Arc::from("/"),
+    }
+}
+
+fn lane_of_kind(kind: &Kind) -> LaneKey {
+    Arc::from(format!("{}/{}", kind.0, kind.1))
 }
 
 /// What the processor's IO needs.
@@ -647,6 +981,16 @@ pub struct ProcessorMetrics {
     pub batch_seconds: prometheus::Histogram,
     pub status_writes: prometheus::IntCounterVec,
     pub health_transitions: prometheus::IntCounterVec,
+    /// `{customization, operation}`: seconds spent in each customization's scripts.
+    pub interpreter_seconds: prometheus::CounterVec,
+    /// `{customization, operation, result}` (ok, error, timeout).
+    pub interpreter_evaluations: prometheus::IntCounterVec,
+    /// Items whose interpretation was folded in after their batch (slow lanes).
+    pub deferred: prometheus::IntCounter,
+    /// Objects re-interpreted because their kind's customizations changed.
+    pub reinterpretations: prometheus::IntCounter,
+    /// InterpreterError Events not posted for the rate limit.
+    pub events_dropped: prometheus::IntCounter,
 }
 
 impl ProcessorMetrics {
@@ -681,15 +1025,54 @@ impl ProcessorMetrics {
             ),
             &["health"],
         )?;
+        let interpreter_seconds = prometheus::CounterVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_interpreter_seconds_total",
+                "Seconds spent interpreting agents' reports, by customization ((builtin) for the \
+                 built-in interpreters) and operation",
+            ),
+            &["customization", "operation"],
+        )?;
+        let interpreter_evaluations = prometheus::IntCounterVec::new(
+            prometheus::Opts::new(
+                "lifeboat_hub_interpreter_evaluations_total",
+                "Script evaluations on agents' reports, by customization, operation and result \
+                 (ok, error, timeout: stopped by the wall clock or the instruction budget)",
+            ),
+            &["customization", "operation", "result"],
+        )?;
+        let deferred = prometheus::IntCounter::new(
+            "lifeboat_hub_interpretations_deferred_total",
+            "Status items whose interpretation was slow or waited in a slow lane, folded in \
+             after their batch",
+        )?;
+        let reinterpretations = prometheus::IntCounter::new(
+            "lifeboat_hub_reinterpretations_total",
+            "Last observed objects interpreted again because their kind's customizations changed",
+        )?;
+        let events_dropped = prometheus::IntCounter::new(
+            "lifeboat_hub_interpreter_events_dropped_total",
+            "InterpreterError Events not posted for the rate limit",
+        )?;
         registry.register(Box::new(items.clone()))?;
         registry.register(Box::new(batch_seconds.clone()))?;
         registry.register(Box::new(status_writes.clone()))?;
         registry.register(Box::new(health_transitions.clone()))?;
+        registry.register(Box::new(interpreter_seconds.clone()))?;
+        registry.register(Box::new(interpreter_evaluations.clone()))?;
+        registry.register(Box::new(deferred.clone()))?;
+        registry.register(Box::new(reinterpretations.clone()))?;
+        registry.register(Box::new(events_dropped.clone()))?;
         Ok(ProcessorMetrics {
             items,
             batch_seconds,
             status_writes,
             health_transitions,
+            interpreter_seconds,
+            interpreter_evaluations,
+            deferred,
+            reinterpretations,
+            events_dropped,
         })
     }
 }
@@ -697,81 +1080,412 @@ impl ProcessorMetrics {
 /// Shared between the processing thread and the writer.
 pub type SharedState = Arc<Mutex<StatusState>>;
 
-/// Runs the processor until the intake closes: a thread folds batches in, a task writes the
-/// dirty bindings. Returns the shared state (for tests and the template aggregation).
+/// A finished interpretation job: of an item of batch `batch` (by index), or a re-evaluation
+/// (`batch: None`).
+#[derive(Debug)]
+pub struct Done {
+    batch: Option<u64>,
+    index: usize,
+    late: Late,
+}
+
+/// The processor's engine: folds batches in with their interpretations done on the lanes'
+/// threads ([`crate::lanes`]), without waiting for the slow ones (they are folded in when they
+/// come, [`Engine::late`]), and re-interprets what a change of customizations affects. IO-free
+/// but for the threads; [`run`] drives it.
+pub struct Engine {
+    state: SharedState,
+    pool: Arc<Pool>,
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
+    batches: u64,
+    /// The layering the state's cached interpretations were last reconciled with.
+    known: Arc<Interpreters>,
+    slow_after: Duration,
+    epoch: Instant,
+}
+
+impl Engine {
+    pub fn new(
+        state: SharedState,
+        pool: Arc<Pool>,
+        known: Arc<Interpreters>,
+        slow_after: Duration,
+    ) -> Engine {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Engine {
+            state,
+            pool,
+            done_tx,
+            done_rx,
+            batches: 0,
+            known,
+            slow_after,
+            epoch: Instant::now(),
+        }
+    }
+
+    pub fn state(&self) -> &SharedState {
+        &self.state
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StatusState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Folds `batch` in. Its items that need interpreting are jobs in their kind's lane; the
+    /// batch waits for them, except for a job that has run `slow_after` or waits in a lane that
+    /// is not trusted: that item is folded in when its interpretation comes. Interpretations of
+    /// earlier batches that come meanwhile are folded in too.
+    pub async fn batch(
+        &mut self,
+        batch: Arc<StatusBatch>,
+        work: &WorkStore,
+        binding: impl Fn(&WorkKey) -> Option<Arc<ResourceBinding>>,
+        interpreters: &Arc<Interpreters>,
+        now: &Time,
+    ) -> Processed {
+        let prints = fingerprints(&batch, interpreters);
+        let misses = self.lock().misses(&batch, &prints);
+        let id = self.batches;
+        self.batches += 1;
+        let mut waiting: HashMap<usize, (LaneKey, Arc<AtomicU64>)> = HashMap::new();
+        for (i, print) in misses {
+            let Some(observed) = batch.report.items.get(i).and_then(|r| r.observed.as_ref()) else {
+                continue;
+            };
+            let lane = lane_of(observed);
+            // When the job started (nanoseconds after the epoch, plus one); 0: not yet.
+            let started = Arc::new(AtomicU64::new(0));
+            let (batch, interpreters, tx, epoch) = (
+                batch.clone(),
+                interpreters.clone(),
+                self.done_tx.clone(),
+                self.epoch,
+            );
+            let job_started = started.clone();
+            let vouched = !interpreters.customizes(&lane);
+            self.pool
+                .submit(lane.clone(), Priority::Live, vouched, move || {
+                    job_started.store(nanos_since(epoch) + 1, AtomicOrdering::Relaxed);
+                    let Some(item) = batch.report.items.get(i) else {
+                        return;
+                    };
+                    let Some(observed) = &item.observed else {
+                        return;
+                    };
+                    let fresh = Fresh::new(Interpreted::run(observed, print, &interpreters));
+                    let _ = tx.send(Done {
+                        batch: Some(id),
+                        index: i,
+                        late: Late {
+                            key: item.key.clone(),
+                            binding_uid: item.binding_uid.clone(),
+                            cluster: batch.cluster.clone(),
+                            fresh,
+                        },
+                    });
+                });
+            waiting.insert(i, (lane, started));
+        }
+        let mut fresh = HashMap::new();
+        let mut late = Vec::new();
+        let mut deferred = HashSet::new();
+        let slow_nanos = self.slow_after.as_nanos() as u64;
+        // Stuck jobs are looked for now and then, not at every result (a batch has hundreds).
+        let check_every = self.slow_after / 4;
+        let mut next_check = Instant::now() + check_every;
+        while !waiting.is_empty() {
+            tokio::select! {
+                done = self.done_rx.recv() => match done {
+                    Some(done) if done.batch == Some(id) && waiting.remove(&done.index).is_some() => {
+                        fresh.insert(done.index, done.late.fresh);
+                    }
+                    Some(done) => late.push(done),
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(next_check.into()) => {}
+            }
+            if Instant::now() < next_check {
+                continue;
+            }
+            next_check = Instant::now() + check_every;
+            let now_nanos = nanos_since(self.epoch) + 1;
+            let pool = &self.pool;
+            let mut slow_lanes: HashMap<LaneKey, bool> = HashMap::new();
+            waiting.retain(|i, (lane, started)| {
+                let started = started.load(AtomicOrdering::Relaxed);
+                let stuck = if started == 0 {
+                    *slow_lanes
+                        .entry(lane.clone())
+                        .or_insert_with(|| pool.is_slow(lane))
+                } else {
+                    now_nanos.saturating_sub(started) >= slow_nanos
+                };
+                if stuck {
+                    deferred.insert(*i);
+                }
+                !stuck
+            });
+        }
+        let mut state = self.lock();
+        let mut processed = state.fold(
+            &batch,
+            work,
+            binding,
+            interpreters,
+            &prints,
+            fresh,
+            &deferred,
+            now,
+        );
+        processed.deferred = deferred.len();
+        processed.late = late.len();
+        processed.reevaluated = late.iter().filter(|d| d.batch.is_none()).count();
+        for done in late {
+            state.fold_late(done.late, now, &mut processed);
+        }
+        processed
+    }
+
+    /// Folds in `first` and every other interpretation that has come.
+    pub fn late(&mut self, first: Done, now: &Time) -> Processed {
+        let mut processed = Processed::default();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = Some(first);
+        while let Some(done) = next {
+            processed.late += 1;
+            processed.reevaluated += usize::from(done.batch.is_none());
+            state.fold_late(done.late, now, &mut processed);
+            next = self.done_rx.try_recv().ok();
+        }
+        processed.dirty.sort();
+        processed
+    }
+
+    /// The customizations changed to `current`: the last object of every binding and cluster
+    /// whose kind's customizations changed is interpreted again, in the background (after the
+    /// live reports of every lane). Returns how many.
+    pub fn interpreters_changed(&mut self, current: Arc<Interpreters>) -> usize {
+        let changed: HashSet<LaneKey> = current
+            .changed_kinds(&self.known)
+            .iter()
+            .map(lane_of_kind)
+            .collect();
+        for lane in &changed {
+            self.pool.forget(lane);
+        }
+        let jobs = self
+            .lock()
+            .reinterpretations(self.known.generation(), &current, &changed);
+        let count = jobs.len();
+        for job in jobs {
+            let (interpreters, tx) = (current.clone(), self.done_tx.clone());
+            let lane = job.lane.clone();
+            let vouched = !current.customizes(&lane);
+            self.pool
+                .submit(lane, Priority::Background, vouched, move || {
+                    let fresh =
+                        Fresh::new(Interpreted::run(&job.observed, job.print, &interpreters));
+                    let _ = tx.send(Done {
+                        batch: None,
+                        index: 0,
+                        late: Late {
+                            key: job.key,
+                            binding_uid: job.binding_uid,
+                            cluster: job.cluster,
+                            fresh,
+                        },
+                    });
+                });
+        }
+        self.known = current;
+        count
+    }
+
+    /// The next interpretation that comes (for [`Engine::late`]).
+    pub async fn next_done(&mut self) -> Option<Done> {
+        self.done_rx.recv().await
+    }
+}
+
+fn nanos_since(epoch: Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
+}
+
+/// What the processor loop waits for.
+enum Wake {
+    Batch(Option<crate::intake::Submission>),
+    Done(Box<Done>),
+    Changed,
+}
+
+/// Runs the processor until the intake closes: a thread folds batches in (with the
+/// interpretations done on the lanes' threads), a task writes the dirty bindings, another posts
+/// the interpreter failures as Events. Returns the shared state (for tests and the template
+/// aggregation).
 pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
     let state: SharedState = Arc::new(Mutex::new(StatusState::default()));
     let (dirty_tx, dirty_rx) = mpsc::unbounded_channel::<WorkKey>();
+    let (notices_tx, notices_rx) = mpsc::unbounded_channel::<FailureNotice>();
     let again = dirty_tx.clone();
-    let thread_state = state.clone();
     let bindings = deps.bindings.clone();
     let work = deps.work.clone();
     let interpreters = deps.interpreters.clone();
     let metrics = deps.metrics.clone();
-    let transitions = deps.transitions.clone();
+    let outputs = Outputs {
+        metrics: deps.metrics.clone(),
+        transitions: deps.transitions.clone(),
+        dirty: dirty_tx,
+        notices: notices_tx,
+    };
     let full_reports = deps.full_reports.clone();
     let threads = interpret_threads();
+    let mut engine = Engine::new(
+        state.clone(),
+        Arc::new(Pool::new(threads, crate::lanes::SLOW_AFTER)),
+        interpreters.current(),
+        crate::lanes::SLOW_AFTER,
+    );
     let spawned = std::thread::Builder::new()
         .name("status-processor".into())
         .spawn(move || {
-            while let Some(submission) = intake.blocking_recv() {
-                let started = Instant::now();
-                let now = Time(k8s_openapi::jiff::Timestamp::now());
-                let current = interpreters.current();
-                let batch = &submission.batch;
-                let prints = fingerprints(batch, &current);
-                let misses = thread_state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .misses(batch, &prints);
-                // The Lua work, outside the lock (the status writer reads the state meanwhile).
-                let fresh = interpret_items(batch, &misses, &current, threads);
-                let mut processed = thread_state.lock().unwrap_or_else(|e| e.into_inner()).fold(
-                    batch,
-                    &work,
-                    |key| bindings.get(&ObjectRef::new(&key.name).within(&key.namespace)),
-                    &current,
-                    &prints,
-                    fresh,
-                    &now,
-                );
-                metrics
-                    .items
-                    .with_label_values(&["accepted"])
-                    .inc_by(processed.response.accepted as u64);
-                metrics
-                    .items
-                    .with_label_values(&["rejected"])
-                    .inc_by(processed.response.rejected.len() as u64);
-                metrics
-                    .batch_seconds
-                    .observe(started.elapsed().as_secs_f64());
-                for t in processed.transitions {
-                    metrics
-                        .health_transitions
-                        .with_label_values(&[t.to.as_str()])
-                        .inc();
-                    if let Some(tx) = &transitions {
-                        let _ = tx.send(t);
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the status processor's runtime");
+                    return;
+                }
+            };
+            runtime.block_on(async move {
+                let mut changes = interpreters.subscribe();
+                loop {
+                    // Reports first: a burst of re-evaluations never holds them back.
+                    let wake = tokio::select! {
+                        biased;
+                        submission = intake.recv() => Wake::Batch(submission),
+                        Some(done) = engine.next_done() => Wake::Done(Box::new(done)),
+                        Ok(()) = changes.changed() => Wake::Changed,
+                    };
+                    let now = Time(k8s_openapi::jiff::Timestamp::now());
+                    match wake {
+                        Wake::Batch(None) => return,
+                        Wake::Batch(Some(submission)) => {
+                            let started = Instant::now();
+                            let current = interpreters.current();
+                            let batch = Arc::new(submission.batch);
+                            let mut processed = engine
+                                .batch(
+                                    batch.clone(),
+                                    &work,
+                                    |key| {
+                                        bindings.get(&ObjectRef::new(&key.name).within(&key.namespace))
+                                    },
+                                    &current,
+                                    &now,
+                                )
+                                .await;
+                            metrics
+                                .items
+                                .with_label_values(&["accepted"])
+                                .inc_by(processed.response.accepted as u64);
+                            metrics
+                                .items
+                                .with_label_values(&["rejected"])
+                                .inc_by(processed.response.rejected.len() as u64);
+                            metrics
+                                .batch_seconds
+                                .observe(started.elapsed().as_secs_f64());
+                            let response = std::mem::take(&mut processed.response);
+                            let displaced = outputs.publish(&mut processed);
+                            if batch.report.full
+                                && let Some(tx) = &full_reports
+                            {
+                                let _ = tx.send(batch.cluster.clone());
+                            }
+                            let _ = submission.reply.send(response);
+                            free_in_parallel(displaced, threads);
+                        }
+                        Wake::Done(done) => {
+                            let mut processed = engine.late(*done, &now);
+                            let displaced = outputs.publish(&mut processed);
+                            free_in_parallel(displaced, threads);
+                        }
+                        Wake::Changed => {
+                            let current = interpreters.current();
+                            let generation = current.generation();
+                            let count = engine.interpreters_changed(current);
+                            metrics.reinterpretations.inc_by(count as u64);
+                            tracing::info!(
+                                generation,
+                                objects = count,
+                                "customizations changed: re-interpreting the last objects of the kinds they changed"
+                            );
+                        }
                     }
                 }
-                for key in processed.dirty {
-                    let _ = dirty_tx.send(key);
-                }
-                if batch.report.full
-                    && let Some(tx) = &full_reports
-                {
-                    let _ = tx.send(batch.cluster.clone());
-                }
-                let _ = submission.reply.send(processed.response);
-                free_in_parallel(std::mem::take(&mut processed.displaced), threads);
-            }
+            });
         });
     if let Err(e) = spawned {
         tracing::error!(error = %e, "cannot start the status processor thread");
     }
+    tokio::spawn(
+        crate::interpreter_events::run(
+            deps.client.clone(),
+            notices_rx,
+            deps.metrics.events_dropped.clone(),
+        )
+        .in_current_span(),
+    );
     tokio::spawn(write_dirty(dirty_rx, again, state.clone(), deps).in_current_span());
     state
+}
+
+/// Where what the processor folded in goes.
+struct Outputs {
+    metrics: ProcessorMetrics,
+    transitions: Option<mpsc::UnboundedSender<HealthTransition>>,
+    dirty: mpsc::UnboundedSender<WorkKey>,
+    notices: mpsc::UnboundedSender<FailureNotice>,
+}
+
+impl Outputs {
+    /// Hands on the transitions, dirty bindings, failures and costs of `processed`; returns
+    /// what it displaced, to free.
+    fn publish(&self, processed: &mut Processed) -> Vec<serde_json::Value> {
+        let metrics = &self.metrics;
+        metrics.deferred.inc_by(processed.deferred as u64);
+        for cost in processed.costs.drain(..) {
+            let labels = [cost.customization.as_str(), cost.operation.name()];
+            metrics
+                .interpreter_seconds
+                .with_label_values(&labels)
+                .inc_by(cost.seconds);
+            metrics
+                .interpreter_evaluations
+                .with_label_values(&[labels[0], labels[1], cost.outcome.as_str()])
+                .inc();
+        }
+        for t in processed.transitions.drain(..) {
+            metrics
+                .health_transitions
+                .with_label_values(&[t.to.as_str()])
+                .inc();
+            if let Some(tx) = &self.transitions {
+                let _ = tx.send(t);
+            }
+        }
+        for key in processed.dirty.drain(..) {
+            let _ = self.dirty.send(key);
+        }
+        for notice in processed.failures.drain(..) {
+            let _ = self.notices.send(notice);
+        }
+        std::mem::take(&mut processed.displaced)
+    }
 }
 
 /// A failed status write is tried again after this long, this many times (the items stay in
@@ -1533,7 +2247,17 @@ mod tests {
         let one = interpret_items(&b, &all, &interp, 1);
         let three = interpret_items(&b, &all, &interp, 3);
         assert_eq!(one.len(), 100);
-        assert_eq!(one, three);
+        // the same results (what they cost differs from run to run)
+        let without_costs = |m: &HashMap<usize, Fresh>| -> HashMap<usize, Fresh> {
+            m.iter()
+                .map(|(i, f)| {
+                    let mut f = f.clone();
+                    f.interpreted.costs.clear();
+                    (*i, f)
+                })
+                .collect()
+        };
+        assert_eq!(without_costs(&one), without_costs(&three));
         assert!(
             one.values()
                 .all(|f| f.item_status == f.interpreted.reflected)
@@ -1557,5 +2281,222 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// A customization for `target` (apiVersion, kind) with this InterpretHealth, over the
+    /// built-ins of `runtime`.
+    fn customized(
+        runtime: Arc<Runtime>,
+        name: &str,
+        target: (&str, &str),
+        script: &str,
+    ) -> Interpreters {
+        let builtin = Interpreters::builtin(runtime).unwrap();
+        let object: lifeboat_api::config::ResourceInterpreterCustomization =
+            serde_json::from_value(json!({
+                "apiVersion": "config.lifeboat.dev/v1alpha1",
+                "kind": "ResourceInterpreterCustomization",
+                "metadata": {"name": name},
+                "spec": {
+                    "target": {"apiVersion": target.0, "kind": target.1},
+                    "customizations": {"healthInterpretation": {"luaScript": script}}
+                }
+            }))
+            .unwrap();
+        let (layered, rejected) = Interpreters::layered(builtin, &[object]);
+        assert!(rejected.is_empty(), "{rejected:?}");
+        layered
+    }
+
+    fn shared(state: StatusState) -> SharedState {
+        Arc::new(Mutex::new(state))
+    }
+
+    fn work_for(store: &WorkStore, name: &str) -> WorkKey {
+        let key = WorkKey {
+            namespace: "ml".into(),
+            name: name.into(),
+        };
+        store.upsert(
+            "m1",
+            Work {
+                key: key.clone(),
+                binding_uid: format!("uid-{name}"),
+                manifest: json!({}),
+                ..Default::default()
+            },
+        );
+        key
+    }
+
+    fn report_of(key: &WorkKey, second: i64, observed: serde_json::Value) -> WorkStatus {
+        WorkStatus {
+            key: key.clone(),
+            binding_uid: format!("uid-{}", key.name),
+            ..report(second, observed)
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unrelated_binding_is_decided_while_a_hostile_customization_runs() {
+        // The hostile script spins until the wall clock stops it (2 s here).
+        let runtime = Arc::new(Runtime::new(RuntimeConfig {
+            limits: lifeboat_interpreter::Limits {
+                wall_clock: Duration::from_secs(2),
+                instructions: u64::MAX / 2,
+                ..Default::default()
+            },
+            ..Default::default()
+        }));
+        let interp = Arc::new(customized(
+            runtime,
+            "spin",
+            ("example.com/v1", "Widget"),
+            "function InterpretHealth(obj) while true do end end",
+        ));
+        let work = store_with_work();
+        let hostile: Vec<WorkKey> = (0..3)
+            .map(|i| work_for(&work, &format!("widget-{i}")))
+            .collect();
+        let widget =
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}});
+        let pool = Arc::new(Pool::new(2, crate::lanes::SLOW_AFTER));
+        let mut engine = Engine::new(
+            shared(StatusState::default()),
+            pool.clone(),
+            interp.clone(),
+            crate::lanes::SLOW_AFTER,
+        );
+        let widgets = Arc::new(batch(
+            "m1",
+            hostile
+                .iter()
+                .map(|k| report_of(k, 1, widget.clone()))
+                .collect(),
+        ));
+        let p = engine
+            .batch(widgets, &work, |_| None, &interp, &at(1))
+            .await;
+        // taken, their interpretations left to come
+        assert_eq!((p.response.accepted, p.deferred), (3, 3));
+        assert!(engine.state().lock().unwrap().items(&hostile[0]).is_empty());
+        // the AppWrapper's report is decided now, while a hostile evaluation runs
+        let aw = Arc::new(batch("m1", vec![report(1, appwrapper("Running", None))]));
+        let p = engine.batch(aw, &work, |_| None, &interp, &at(1)).await;
+        assert_eq!((p.response.accepted, p.deferred, p.dirty.len()), (1, 0, 1));
+        assert_eq!(
+            engine.state().lock().unwrap().items(&key())[0].health,
+            ResourceHealth::Healthy
+        );
+        assert_eq!(pool.running("example.com/v1/Widget"), 1);
+        // the hostile evaluation ends at its limit: its item says so, with the customization
+        let done = tokio::time::timeout(Duration::from_secs(30), engine.next_done())
+            .await
+            .unwrap()
+            .unwrap();
+        let p = engine.late(done, &at(3));
+        assert!(!p.dirty.is_empty());
+        assert_eq!(p.failures[0].failure.customization, "spin");
+        assert!(p.costs.iter().any(|c| c.customization == "spin"
+            && c.operation == Operation::InterpretHealth
+            && c.outcome == Outcome::Timeout));
+        let state = engine.state().lock().unwrap();
+        let item = p.dirty.iter().flat_map(|k| state.items(k)).next().unwrap();
+        assert_eq!(item.health, ResourceHealth::Unknown);
+        let reason = item.health_reason.unwrap();
+        assert!(
+            reason.starts_with(status::INTERPRETER_FAILED)
+                && reason.contains("customization spin failed in InterpretHealth")
+                && reason.contains("limit wall_clock"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_change_of_customizations_reinterprets_the_kinds_it_changes_without_a_report() {
+        let runtime = Arc::new(Runtime::new(RuntimeConfig::default()));
+        let plain =
+            Arc::new(Interpreters::layered(Interpreters::builtin(runtime.clone()).unwrap(), &[]).0);
+        let work = store_with_work();
+        let pod_key = work_for(&work, "pod");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                         "status": {"phase": "Running"}});
+        let mut engine = Engine::new(
+            shared(StatusState::default()),
+            Arc::new(Pool::new(2, crate::lanes::SLOW_AFTER)),
+            plain.clone(),
+            crate::lanes::SLOW_AFTER,
+        );
+        let b = Arc::new(batch(
+            "m1",
+            vec![
+                report(1, appwrapper("Running", None)),
+                report_of(&pod_key, 1, pod.clone()),
+            ],
+        ));
+        engine.batch(b, &work, |_| None, &plain, &at(1)).await;
+        assert_eq!(
+            engine.state().lock().unwrap().items(&key())[0].health,
+            ResourceHealth::Healthy
+        );
+        // a customization of AppWrappers that raises: only the AppWrapper is interpreted again
+        let broken = Arc::new(customized(
+            runtime,
+            "broken",
+            ("workload.codeflare.dev/v1beta2", "AppWrapper"),
+            "function InterpretHealth(obj)\n  error('no health here')\nend",
+        ));
+        assert_eq!(engine.interpreters_changed(broken.clone()), 1);
+        let done = tokio::time::timeout(Duration::from_secs(30), engine.next_done())
+            .await
+            .unwrap()
+            .unwrap();
+        let p = engine.late(done, &at(2));
+        assert_eq!(p.dirty, vec![key()]);
+        assert_eq!(p.failures.len(), 1);
+        let notice = &p.failures[0];
+        assert_eq!((notice.key.clone(), notice.cluster.as_str()), (key(), "m1"));
+        assert_eq!(notice.failure.customization, "broken");
+        assert!(
+            notice.failure.message.contains(
+                "customization broken failed in InterpretHealth (spec.customizations.healthInterpretation.luaScript)"
+            ) && notice.failure.message.contains(":2: no health here"),
+            "{}",
+            notice.failure.message
+        );
+        let item = engine.state().lock().unwrap().items(&key())[0].clone();
+        assert_eq!(item.health, ResourceHealth::Unknown);
+        let binding: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "train-appwrapper", "namespace": "ml", "generation": 1},
+            "spec": {"resource": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"},
+                     "clusters": [{"name": "m1"}]}
+        }))
+        .unwrap();
+        let (patch, _) = status_patch(&binding, vec![item], &at(2));
+        let healthy = &patch["status"]["conditions"][1];
+        assert_eq!(healthy["reason"], status::REASON_INTERPRETER_ERROR);
+        assert!(
+            healthy["message"]
+                .as_str()
+                .unwrap()
+                .contains("customization broken failed in InterpretHealth"),
+            "{healthy}"
+        );
+        // the Pod kept its interpretation: the same report again is no miss under the new
+        // layering, and the AppWrapper's is not either (already re-interpreted)
+        let again = batch(
+            "m1",
+            vec![
+                report(3, appwrapper("Running", None)),
+                report_of(&pod_key, 3, pod),
+            ],
+        );
+        let state = engine.state().lock().unwrap();
+        assert!(
+            state
+                .misses(&again, &fingerprints(&again, &broken))
+                .is_empty()
+        );
     }
 }

@@ -52,6 +52,15 @@ pub struct ItemUpdate {
     pub health_transition: Option<(ResourceHealth, ResourceHealth)>,
 }
 
+/// How an item's `healthReason` starts when its health is Unknown because the interpreter
+/// failed (the rest names the customization, the operation and the error); the `Healthy`
+/// condition then says `InterpreterError`.
+pub const INTERPRETER_FAILED: &str = "health interpretation failed: ";
+
+/// Reason of the `Healthy` condition while a placement's health is Unknown because its
+/// interpreter fails.
+pub const REASON_INTERPRETER_ERROR: &str = "InterpreterError";
+
 /// Longest `healthReason` / `appliedMessage` kept (Kubernetes condition messages are capped at
 /// 32 KiB; these are much shorter in practice and the binding carries one per cluster).
 pub const MAX_MESSAGE_BYTES: usize = 1024;
@@ -92,7 +101,7 @@ pub fn next_item(
             }
             HealthVerdict::Failed(why) => (
                 ResourceHealth::Unknown,
-                Some(format!("health interpretation failed: {why}")),
+                Some(format!("{INTERPRETER_FAILED}{why}")),
                 None,
             ),
         }
@@ -301,8 +310,28 @@ pub fn conditions(
             .filter(|c| item(&c.name).is_none_or(|i| i.health == ResourceHealth::Unknown))
             .map(|c| c.name.as_str())
             .collect();
+        let failing: Vec<String> = clusters
+            .iter()
+            .filter_map(|c| item(&c.name))
+            .filter(|i| i.health == ResourceHealth::Unknown)
+            .filter_map(|i| {
+                let reason = i.health_reason.as_deref()?;
+                reason
+                    .strip_prefix(INTERPRETER_FAILED)
+                    .map(|why| format!("{}: {why}", i.cluster_name))
+            })
+            .collect();
         if !unhealthy.is_empty() {
             ("False", "Unhealthy", truncate(&unhealthy.join("; ")))
+        } else if !failing.is_empty() {
+            (
+                "Unknown",
+                REASON_INTERPRETER_ERROR,
+                truncate(&format!(
+                    "health interpretation failed in {}",
+                    failing.join("; ")
+                )),
+            )
         } else if !unknown.is_empty() {
             (
                 "Unknown",
@@ -660,5 +689,34 @@ mod tests {
         assert_eq!(c4[1].status, "False");
         let none = conditions(&[], &[], &[], None, &at(1));
         assert_eq!(none[0].reason, "NotScheduled");
+    }
+
+    #[test]
+    fn a_failing_interpreter_names_itself_in_the_healthy_condition() {
+        let clusters = [target("a"), target("b")];
+        let failed = step(
+            None,
+            HealthVerdict::Failed("customization broken failed in InterpretHealth: boom".into()),
+            1,
+        )
+        .item;
+        let failed = AggregatedStatusItem {
+            cluster_name: "b".into(),
+            ..failed
+        };
+        let items = [item("a", true, ResourceHealth::Healthy), failed];
+        let c = conditions(&clusters, &items, &[], Some(1), &at(5));
+        assert_eq!(
+            (c[1].status.as_str(), c[1].reason.as_str()),
+            ("Unknown", REASON_INTERPRETER_ERROR)
+        );
+        assert_eq!(
+            c[1].message,
+            "health interpretation failed in b: customization broken failed in InterpretHealth: boom"
+        );
+        // an Unhealthy placement still comes first
+        let items = [item("a", true, ResourceHealth::Unhealthy), items[1].clone()];
+        let c = conditions(&clusters, &items, &[], Some(1), &at(5));
+        assert_eq!(c[1].reason, "Unhealthy");
     }
 }

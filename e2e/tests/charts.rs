@@ -872,9 +872,8 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
     .await?;
 
     // The hub, as its Deployment runs it (SQLite ledger on its volume, the default).
-    let [hub_metrics, agent_api, agent_metrics]: [u16; 3] = ports::free_ports(3)?
-        .try_into()
-        .map_err(|_| "three ports")?;
+    let [hub_metrics, agent_api, agent_metrics, hub_webhook]: [u16; 4] =
+        ports::free_ports(4)?.try_into().map_err(|_| "four ports")?;
     let rendering = render(
         &ctx,
         Chart::Hub,
@@ -884,6 +883,7 @@ async fn rendered_hub_and_agent(ctx: Arc<TestContext>) -> TestResult {
         &[
             format!("metrics.port={hub_metrics}"),
             format!("agentApi.port={agent_api}"),
+            format!("webhook.port={hub_webhook}"),
             "agentApi.extraNames={127.0.0.1}".into(),
         ],
         &["--show-only", "templates/deployment.yaml"],

@@ -10,9 +10,12 @@
 //!
 //! Out of Lua is bounded ([`Bounds`]): a small table graph with shared references, or the input
 //! object referenced many times, would otherwise expand without end on the Rust heap. Every
-//! JSON value produced counts as a node, every string byte (keys and values) as a byte, and the
-//! conversion stops with the limit that tripped (nodes, bytes, depth or the evaluation's
-//! deadline) before it allocates past the bound.
+//! JSON value produced counts as a node (a shared table once per place it appears), every
+//! string byte (keys and values) as a byte. The conversion first reads each distinct table once
+//! and sums the size of its expansion from its children's, so a result past a bound is refused
+//! with the limit that tripped (nodes, bytes, depth) in time proportional to the tables it is
+//! made of, not to its expansion; only a result known to fit is then built (the evaluation's
+//! deadline is checked in both passes).
 
 use std::collections::HashMap;
 use std::time::Instant;
@@ -135,7 +138,7 @@ const DEADLINE_CHECK_INTERVAL: u64 = 4096;
 
 /// Converts a Lua value to JSON (empty tables as `[]`) within the default bounds.
 pub fn lua_to_json(value: &LuaValue) -> Result<Value, EncodeError> {
-    Encoder::new(Bounds::default(), &|_| None).encode(value, 0)
+    Encoder::new(Bounds::default(), &|_| None).encode(value)
 }
 
 /// Like [`lua_to_json`], within `bounds`, with lazy tables resolved to their JSON source.
@@ -144,48 +147,132 @@ pub fn lua_to_json_with(
     bounds: Bounds,
     resolve: Resolver<'_>,
 ) -> Result<Value, EncodeError> {
-    Encoder::new(bounds, resolve).encode(value, 0)
+    Encoder::new(bounds, resolve).encode(value)
 }
 
-/// A running conversion: what is left of the bounds.
+/// Where a planned value comes from.
+enum Node<'r> {
+    /// A JSON scalar, already copied out of Lua.
+    Scalar(Value),
+    /// A table of the plan, by index.
+    Table(usize),
+    /// A lazy table never touched: its JSON source, shaped as Lua would return it.
+    Source(&'r Value),
+}
+
+/// One distinct Lua table of a result, read once, with the size of its full expansion.
+struct Planned<'r> {
+    /// Object keys (`None` for a list); empty entries are the empty table `[]`.
+    keys: Option<Vec<String>>,
+    entries: Vec<Node<'r>>,
+    /// JSON values and string bytes of its expansion, saturating.
+    nodes: u64,
+    bytes: u64,
+    /// Levels of its expansion (1: no nested table).
+    height: usize,
+    /// Expansions of it still to come (the last one moves its entries instead of copying).
+    uses: u64,
+}
+
+/// A table of the plan while it is being read (a reference to it then is a cycle).
+const IN_PROGRESS: usize = usize::MAX;
+
+/// A running conversion, in two passes. The plan reads every distinct Lua table once (by
+/// identity) and computes the size of its expansion from its children's, so a result made of
+/// shared references (`{t, t}` 64 times: 2^64 values) is measured in 64 steps and refused at
+/// once, before anything is expanded. The expansion then builds JSON that is known to fit.
 pub(crate) struct Encoder<'r> {
-    nodes_left: u64,
-    bytes_left: u64,
-    depth: usize,
-    deadline: Option<Instant>,
-    next_deadline_check: u64,
+    bounds: Bounds,
     resolve: Resolver<'r>,
+    /// Plan index of each table read, by address (`IN_PROGRESS` while it is read).
+    seen: HashMap<usize, usize>,
+    tables: Vec<Planned<'r>>,
     /// Size of resolved JSON sources, by address: returning the input object many times costs
     /// one walk of it, and is charged each time.
     sizes: HashMap<*const Value, (u64, u64)>,
+    /// Values and string bytes copied out of Lua so far (a lower bound of the result's size).
+    read_nodes: u64,
+    read_bytes: u64,
+    /// Values expanded so far, and when the deadline is looked at next.
+    emitted: u64,
+    next_deadline_check: u64,
 }
 
 impl<'r> Encoder<'r> {
     pub(crate) fn new(bounds: Bounds, resolve: Resolver<'r>) -> Encoder<'r> {
         Encoder {
-            nodes_left: bounds.nodes,
-            bytes_left: bounds.bytes,
-            depth: bounds.depth,
-            deadline: bounds.deadline,
-            next_deadline_check: bounds.nodes.saturating_sub(DEADLINE_CHECK_INTERVAL),
+            bounds,
             resolve,
+            seen: HashMap::new(),
+            tables: Vec::new(),
             sizes: HashMap::new(),
+            read_nodes: 0,
+            read_bytes: 0,
+            emitted: 0,
+            next_deadline_check: DEADLINE_CHECK_INTERVAL,
         }
     }
 
-    /// Charges `nodes` and `bytes`, checking the deadline now and then.
-    fn charge(&mut self, nodes: u64, bytes: u64) -> Result<(), EncodeError> {
-        if nodes > self.nodes_left {
+    pub(crate) fn encode(mut self, value: &LuaValue) -> Result<Value, EncodeError> {
+        let root = self.plan(value, 0)?;
+        let (nodes, bytes, height) = self.size(&root);
+        self.check(nodes, bytes, height)?;
+        self.count_uses(&root);
+        self.emit(root)
+    }
+
+    /// How many times each table is expanded. A table's children are planned before it, so a
+    /// walk from the last table (the root) down gives each its parents' counts first.
+    fn count_uses(&mut self, root: &Node<'_>) {
+        if let Node::Table(root) = root {
+            self.tables[*root].uses = 1;
+        }
+        for index in (0..self.tables.len()).rev() {
+            let uses = self.tables[index].uses;
+            let children: Vec<usize> = self.tables[index]
+                .entries
+                .iter()
+                .filter_map(|node| match node {
+                    Node::Table(child) => Some(*child),
+                    _ => None,
+                })
+                .collect();
+            for child in children {
+                let c = &mut self.tables[child].uses;
+                *c = c.saturating_add(uses);
+            }
+        }
+    }
+
+    /// Refuses an expansion past the bounds.
+    fn check(&self, nodes: u64, bytes: u64, height: usize) -> Result<(), EncodeError> {
+        if nodes > self.bounds.nodes {
             return Err(EncodeError::Limit(Limit::ResultNodes));
         }
-        if bytes > self.bytes_left {
+        if bytes > self.bounds.bytes {
             return Err(EncodeError::Limit(Limit::ResultBytes));
         }
-        self.nodes_left -= nodes;
-        self.bytes_left -= bytes;
-        if self.nodes_left <= self.next_deadline_check {
-            self.next_deadline_check = self.nodes_left.saturating_sub(DEADLINE_CHECK_INTERVAL);
+        if height > self.bounds.depth {
+            return Err(EncodeError::Limit(Limit::ResultDepth));
+        }
+        Ok(())
+    }
+
+    /// Counts values and bytes copied out of Lua (each is also part of the expansion, so past a
+    /// bound the expansion is too), checking the deadline now and then.
+    fn read(&mut self, nodes: u64, bytes: u64) -> Result<(), EncodeError> {
+        self.read_nodes = self.read_nodes.saturating_add(nodes);
+        self.read_bytes = self.read_bytes.saturating_add(bytes);
+        self.check(self.read_nodes, self.read_bytes, 0)?;
+        self.tick(nodes)
+    }
+
+    fn tick(&mut self, nodes: u64) -> Result<(), EncodeError> {
+        self.emitted = self.emitted.saturating_add(nodes);
+        if self.emitted >= self.next_deadline_check {
+            self.next_deadline_check = self.emitted.saturating_add(DEADLINE_CHECK_INTERVAL);
             if self
+                .bounds
                 .deadline
                 .is_some_and(|deadline| Instant::now() > deadline)
             {
@@ -195,112 +282,204 @@ impl<'r> Encoder<'r> {
         Ok(())
     }
 
-    pub(crate) fn encode(&mut self, value: &LuaValue, depth: usize) -> Result<Value, EncodeError> {
-        Ok(match value {
-            LuaValue::Nil => {
-                self.charge(1, 0)?;
-                Value::Null
+    /// Nodes, bytes and levels of a node's expansion.
+    fn size(&self, node: &Node<'_>) -> (u64, u64, usize) {
+        match node {
+            Node::Scalar(Value::String(s)) => (1, s.len() as u64, 0),
+            Node::Scalar(_) => (1, 0, 0),
+            Node::Table(i) => {
+                let t = &self.tables[*i];
+                (t.nodes, t.bytes, t.height)
             }
-            LuaValue::Boolean(b) => {
-                self.charge(1, 0)?;
-                Value::Bool(*b)
+            Node::Source(source) => {
+                let (nodes, bytes) = self
+                    .sizes
+                    .get(&(*source as *const Value))
+                    .copied()
+                    .unwrap_or_default();
+                (nodes, bytes, 0)
             }
-            LuaValue::Integer(i) => {
-                self.charge(1, 0)?;
-                Value::Number((*i).into())
-            }
-            LuaValue::Number(f) => {
-                self.charge(1, 0)?;
-                float_to_json(*f)?
-            }
+        }
+    }
+
+    /// Reads `value` out of Lua: scalars are copied, each distinct table is read once.
+    fn plan(&mut self, value: &LuaValue, depth: usize) -> Result<Node<'r>, EncodeError> {
+        let scalar = match value {
+            LuaValue::Nil => Value::Null,
+            LuaValue::Boolean(b) => Value::Bool(*b),
+            LuaValue::Integer(i) => Value::Number((*i).into()),
+            LuaValue::Number(f) => float_to_json(*f)?,
             LuaValue::String(s) => {
                 let bytes = s.as_bytes();
-                self.charge(1, bytes.len() as u64)?;
-                Value::String(String::from_utf8_lossy(&bytes).into_owned())
+                // Counted before it is copied.
+                self.read(1, bytes.len() as u64)?;
+                return Ok(Node::Scalar(Value::String(
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                )));
             }
-            LuaValue::Table(table) => match (self.resolve)(table) {
-                Some(source) => {
-                    let (nodes, bytes) = *self
-                        .sizes
-                        .entry(source as *const Value)
-                        .or_insert_with(|| shaped_size(source));
-                    self.charge(nodes, bytes)?;
-                    lua_shaped(source)
-                }
-                None => self.encode_table(table, depth)?,
-            },
+            LuaValue::Table(table) => return self.plan_table(table, depth),
             other => {
                 return Err(EncodeError::Invalid(format!(
                     "cannot encode a Lua {} as JSON",
                     other.type_name()
                 )));
             }
-        })
+        };
+        self.read(1, 0)?;
+        Ok(Node::Scalar(scalar))
     }
 
-    fn encode_table(&mut self, table: &Table, depth: usize) -> Result<Value, EncodeError> {
-        if depth >= self.depth {
+    fn plan_table(&mut self, table: &Table, depth: usize) -> Result<Node<'r>, EncodeError> {
+        if let Some(source) = (self.resolve)(table) {
+            let (nodes, bytes) = *self
+                .sizes
+                .entry(source as *const Value)
+                .or_insert_with(|| shaped_size(source));
+            self.check(nodes, bytes, 0)?;
+            self.tick(1)?;
+            return Ok(Node::Source(source));
+        }
+        let address = table.to_pointer() as usize;
+        match self.seen.get(&address) {
+            // A table that contains itself expands without end.
+            Some(&IN_PROGRESS) => return Err(EncodeError::Limit(Limit::ResultDepth)),
+            Some(&index) => return Ok(Node::Table(index)),
+            None => {}
+        }
+        if depth >= self.bounds.depth {
             return Err(EncodeError::Limit(Limit::ResultDepth));
         }
-        self.charge(1, 0)?;
-        let mut entries: Vec<(LuaValue, LuaValue)> = Vec::new();
+        self.seen.insert(address, IN_PROGRESS);
+        self.read(1, 0)?;
+        let mut pairs: Vec<(LuaValue, LuaValue)> = Vec::new();
         for pair in table.pairs::<LuaValue, LuaValue>() {
             let pair = pair.map_err(|e| EncodeError::Invalid(e.to_string()))?;
-            // A table's own entries are already in Lua memory: charging them here only keeps
-            // a very wide table from being listed twice over the bound.
-            if entries.len() as u64 >= self.nodes_left {
+            // Each entry is at least one value of the result.
+            if self.read_nodes.saturating_add(pairs.len() as u64) >= self.bounds.nodes {
                 return Err(EncodeError::Limit(Limit::ResultNodes));
             }
-            entries.push(pair);
+            pairs.push(pair);
         }
+        let keys = if is_list(&mut pairs) {
+            None
+        } else {
+            let mut keys = Vec::with_capacity(pairs.len());
+            for (key, _) in &pairs {
+                let key = match key {
+                    LuaValue::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+                    LuaValue::Integer(i) => i.to_string(),
+                    LuaValue::Number(f) => f.to_string(),
+                    other => {
+                        return Err(EncodeError::Invalid(format!(
+                            "cannot encode a table with a {} key as JSON",
+                            other.type_name()
+                        )));
+                    }
+                };
+                self.read(0, key.len() as u64)?;
+                keys.push(key);
+            }
+            Some(keys)
+        };
+        let mut entries = Vec::with_capacity(pairs.len());
+        let (mut nodes, mut bytes, mut height) = (1u64, 0u64, 0usize);
+        for (_, item) in &pairs {
+            let node = self.plan(item, depth + 1)?;
+            let (n, b, h) = self.size(&node);
+            nodes = nodes.saturating_add(n);
+            bytes = bytes.saturating_add(b);
+            height = height.max(h);
+            // Refused as soon as a part is known too big: the rest is not read.
+            self.check(nodes, bytes, height + 1)?;
+            entries.push(node);
+        }
+        if let Some(keys) = &keys {
+            bytes = keys
+                .iter()
+                .fold(bytes, |b, k| b.saturating_add(k.len() as u64));
+        }
+        let index = self.tables.len();
+        self.tables.push(Planned {
+            keys,
+            entries,
+            nodes,
+            bytes,
+            height: height + 1,
+            uses: 0,
+        });
+        self.check(nodes, bytes, height + 1)?;
+        self.seen.insert(address, index);
+        Ok(Node::Table(index))
+    }
+
+    /// Builds the JSON of a planned node (known to be within the bounds).
+    fn emit(&mut self, node: Node<'r>) -> Result<Value, EncodeError> {
+        self.tick(1)?;
+        match node {
+            Node::Scalar(value) => Ok(value),
+            Node::Source(source) => Ok(lua_shaped(source)),
+            Node::Table(index) => self.emit_table(index),
+        }
+    }
+
+    fn emit_table(&mut self, index: usize) -> Result<Value, EncodeError> {
+        let planned = &mut self.tables[index];
+        planned.uses = planned.uses.saturating_sub(1);
+        // The last reference takes the entries; earlier ones copy them.
+        let (keys, entries) = if planned.uses == 0 {
+            (planned.keys.take(), std::mem::take(&mut planned.entries))
+        } else {
+            let entries = planned
+                .entries
+                .iter()
+                .map(|node| match node {
+                    Node::Scalar(value) => Node::Scalar(value.clone()),
+                    Node::Table(i) => Node::Table(*i),
+                    Node::Source(source) => Node::Source(source),
+                })
+                .collect();
+            (planned.keys.clone(), entries)
+        };
         if entries.is_empty() {
             return Ok(Value::Array(Vec::new()));
         }
-        // A list when the keys are exactly 1..n.
-        let mut indexed: Vec<(i64, &LuaValue)> = Vec::with_capacity(entries.len());
-        let mut is_list = true;
-        for (key, item) in &entries {
-            match key {
-                LuaValue::Integer(i) if *i >= 1 => indexed.push((*i, item)),
-                _ => {
-                    is_list = false;
-                    break;
+        match keys {
+            None => {
+                let mut items = Vec::with_capacity(entries.len());
+                for node in entries {
+                    items.push(self.emit(node)?);
                 }
+                Ok(Value::Array(items))
+            }
+            Some(keys) => {
+                let mut map = Map::new();
+                for (key, node) in keys.into_iter().zip(entries) {
+                    let item = self.emit(node)?;
+                    map.insert(key, item);
+                }
+                Ok(Value::Object(map))
             }
         }
-        if is_list {
-            indexed.sort_unstable_by_key(|(i, _)| *i);
-            if indexed
-                .iter()
-                .enumerate()
-                .all(|(pos, (i, _))| *i == pos as i64 + 1)
-            {
-                let mut items = Vec::with_capacity(indexed.len());
-                for (_, item) in indexed {
-                    items.push(self.encode(item, depth + 1)?);
-                }
-                return Ok(Value::Array(items));
-            }
-        }
-        let mut map = Map::new();
-        for (key, item) in &entries {
-            let key = match key {
-                LuaValue::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
-                LuaValue::Integer(i) => i.to_string(),
-                LuaValue::Number(f) => f.to_string(),
-                other => {
-                    return Err(EncodeError::Invalid(format!(
-                        "cannot encode a table with a {} key as JSON",
-                        other.type_name()
-                    )));
-                }
-            };
-            self.charge(0, key.len() as u64)?;
-            let item = self.encode(item, depth + 1)?;
-            map.insert(key, item);
-        }
-        Ok(Value::Object(map))
     }
+}
+
+/// Whether a table's entries are a list (keys exactly `1..n`); if so they are put in order.
+fn is_list(pairs: &mut [(LuaValue, LuaValue)]) -> bool {
+    if !pairs
+        .iter()
+        .all(|(key, _)| matches!(key, LuaValue::Integer(i) if *i >= 1))
+    {
+        return false;
+    }
+    let index = |key: &LuaValue| match key {
+        LuaValue::Integer(i) => *i,
+        _ => 0,
+    };
+    pairs.sort_unstable_by_key(|(key, _)| index(key));
+    pairs
+        .iter()
+        .enumerate()
+        .all(|(pos, (key, _))| index(key) == pos as i64 + 1)
 }
 
 /// Nodes and string bytes of `lua_shaped(value)`, without building it.
@@ -420,5 +599,73 @@ mod tests {
         assert!(lua_to_json(&cycle).is_err());
         let nan: LuaValue = lua.load("return 0/0").eval().unwrap();
         assert!(lua_to_json(&nan).is_err());
+    }
+
+    #[test]
+    fn shared_tables_expand_in_every_place_they_appear() {
+        let lua = Lua::new();
+        let v: LuaValue = lua
+            .load("local a = {x = 1, s = 'y'}\nlocal b = {a, a, {}}\nreturn {b, b, a, a}")
+            .eval()
+            .unwrap();
+        let a = json!({"x": 1, "s": "y"});
+        let b = json!([a, a, []]);
+        assert_eq!(lua_to_json(&v).unwrap(), json!([b, b, a, a]));
+    }
+
+    #[test]
+    fn a_shared_reference_bomb_is_refused_before_it_is_expanded() {
+        // 2^64 values as JSON, 64 tables in Lua. Bounds so high that only an exact count of the
+        // expansion can refuse it, and no deadline: expanding would not end.
+        let lua = Lua::new();
+        let bomb: LuaValue = lua
+            .load("local t = {}\nfor i = 1, 64 do t = {t, t} end\nreturn {expanded = t}")
+            .eval()
+            .unwrap();
+        let bounds = Bounds {
+            nodes: u64::MAX / 2,
+            bytes: u64::MAX / 2,
+            depth: 200,
+            deadline: None,
+        };
+        assert_eq!(
+            lua_to_json_with(&bomb, bounds, &|_| None),
+            Err(EncodeError::Limit(Limit::ResultNodes))
+        );
+        // Strings shared the same way are counted per place too (2^40 copies of 1,000 bytes).
+        let strings: LuaValue = lua
+            .load("local t = {string.rep('x', 1000)}\nfor i = 1, 40 do t = {t, t} end\nreturn t")
+            .eval()
+            .unwrap();
+        let bytes_bound = Bounds {
+            bytes: Bounds::default().bytes,
+            ..bounds
+        };
+        assert_eq!(
+            lua_to_json_with(&strings, bytes_bound, &|_| None),
+            Err(EncodeError::Limit(Limit::ResultBytes))
+        );
+        // Just within the bounds it is built, every copy in full.
+        let small: LuaValue = lua
+            .load("local t = {1}\nfor i = 1, 10 do t = {t, t} end\nreturn t")
+            .eval()
+            .unwrap();
+        let exact = Bounds {
+            nodes: 2u64.pow(11) - 1 + 2u64.pow(10),
+            ..Bounds::default()
+        };
+        let json = lua_to_json_with(&small, exact, &|_| None).unwrap();
+        assert_eq!(json.to_string().matches('1').count(), 1024);
+        assert_eq!(
+            lua_to_json_with(
+                &small,
+                Bounds {
+                    nodes: exact.nodes - 1,
+                    ..exact
+                },
+                &|_| None
+            ),
+            Err(EncodeError::Limit(Limit::ResultNodes))
+        );
     }
 }

@@ -115,6 +115,18 @@ pub enum InterpretError {
 }
 
 impl InterpretError {
+    /// The customization whose script failed (its `metadata.name`), if a script ran.
+    pub fn customization(&self) -> Option<&str> {
+        match self {
+            InterpretError::Evaluation { script, .. } => Some(
+                script
+                    .split_once('/')
+                    .map_or(script.as_str(), |(name, _)| name),
+            ),
+            InterpretError::Input(_) => None,
+        }
+    }
+
     /// The limit that stopped the script, if that is what happened.
     pub fn limit(&self) -> Option<Limit> {
         match self {

@@ -161,6 +161,25 @@ impl Interpreter {
             .is_some_and(|ops| ops.get(&operation).is_some_and(|v| !v.is_empty()))
     }
 
+    /// The customization whose script runs `operation` for a kind (the first loaded, for the
+    /// operations that run one script).
+    pub fn customization_name(
+        &self,
+        api_version: &str,
+        kind: &str,
+        operation: Operation,
+    ) -> Option<&str> {
+        let target = CustomizationTarget {
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+        };
+        self.targets
+            .get(&target)
+            .and_then(|ops| ops.get(&operation))
+            .and_then(|v| v.first())
+            .map(|r| r.customization.as_str())
+    }
+
     fn scripts(
         &self,
         object: &Value,

@@ -458,6 +458,26 @@ fn shared_references_in_a_result_are_bounded() {
 }
 
 #[test]
+fn a_shared_reference_bomb_stops_at_the_node_limit_not_at_the_clock() {
+    // The default limits: 1,000,000 nodes and 1 s. Expanding the bomb up to the node limit
+    // took longer than the wall clock in a debug build (every hostile evaluation then held a
+    // thread for a second); its size is now known before anything is expanded.
+    let interpreter = status_interpreter(
+        Limits::default(),
+        "function ReflectStatus(obj)\n  local t = {}\n  for i = 1, 64 do t = {t, t} end\n  return {expanded = t}\nend",
+    );
+    for _ in 0..3 {
+        let err = interpreter.reflect_status(&widget()).unwrap_err();
+        assert_eq!(err.limit(), Some(Limit::ResultNodes), "{err}");
+        assert!(
+            err.to_string()
+                .contains("result exceeds 1,000,000 nodes (limit result_nodes)"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
 fn the_input_object_returned_many_times_is_bounded() {
     // 10,000 references to the (lazy, never read) input: charged per copy before any copy is made.
     assert_result_limit(

@@ -10,6 +10,8 @@
 //!   others keep their caches warm and take over when the lease lapses or is released).
 //! - [`shutdown`]: a future that resolves on Ctrl-C or SIGTERM.
 //! - [`readiness`]: whether every watch has synced its initial list (`/readyz`).
+//! - [`tls_listener`]: TLS connections for axum, handshakes concurrent and bounded in time.
+//! - [`webhook`]: where an apiserver calls an admission webhook and its `clientConfig`.
 //! - `leader::flags` (feature `clap`): the leader-election flags of every binary.
 //! - `mock` (feature `mock`): a mock `kube::Client` for unit tests of exact API calls.
 
@@ -22,3 +24,5 @@ pub mod leader;
 pub mod mock;
 pub mod readiness;
 pub mod shutdown;
+pub mod tls_listener;
+pub mod webhook;

@@ -27,6 +27,7 @@ pub mod renewal;
 pub mod resolver;
 pub mod secret;
 mod serving;
+pub mod source;
 
 pub use authority::{
     CertificateAuthority, IssuedCertificate, KeyPairPem, Validity, generate_key_pair,

@@ -507,6 +507,7 @@ pub async fn start_hub(
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: format!("sqlite://{}", dir.join("ledger.db").display()),
         recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
+        webhook: None,
     };
     configure(&mut options);
     let registry = prometheus::Registry::new();

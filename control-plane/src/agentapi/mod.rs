@@ -20,7 +20,6 @@ mod heartbeat;
 pub mod metrics;
 mod register;
 mod status;
-pub mod tls;
 mod work;
 
 use std::collections::HashMap;
@@ -270,7 +269,11 @@ impl AgentApi {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), AgentApiError> {
         let stop = self.shared.shutdown.clone();
-        let listener = tls::TlsListener::new(listener, tokio_rustls::TlsAcceptor::from(tls));
+        let listener = lifeboat_runtime::tls_listener::TlsListener::new(
+            listener,
+            tokio_rustls::TlsAcceptor::from(tls),
+            "agent API",
+        );
         axum::serve(listener, self.router())
             .with_graceful_shutdown(async move {
                 shutdown.await;

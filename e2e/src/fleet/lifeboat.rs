@@ -584,7 +584,7 @@ fn hub_component(
         &name.clone(),
         bin_dir.join("lifeboat-hub"),
         log,
-        2,
+        3,
         READY,
         move |ports| {
             vec![
@@ -593,6 +593,9 @@ fn hub_component(
                 format!("--agent-api-bind=127.0.0.1:{}", ports[1]),
                 "--agent-api-names=127.0.0.1,localhost".into(),
                 format!("--agent-api-ca-secret={HUB_CA_SECRET}"),
+                // The customization admission webhook, registered by the hub.
+                "--webhook-url-host=127.0.0.1".into(),
+                format!("--webhook-bind=127.0.0.1:{}", ports[2]),
                 format!("--cluster-lease-seconds={lease}"),
                 format!("--heartbeat-seconds={heartbeat}"),
                 format!("--database-url=sqlite://{}", ledger.display()),

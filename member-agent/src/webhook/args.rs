@@ -163,30 +163,9 @@ fn parse_ca_secret(value: &str) -> Result<CertificateSource, ArgsError> {
 
 /// `NAMESPACE/NAME:PORT`.
 fn parse_service(value: &str) -> Result<ClientConfigTarget, ArgsError> {
-    let error = |reason: String| ArgsError {
+    ClientConfigTarget::parse_service(value).map_err(|reason| ArgsError {
         flag: "--webhook-service",
         reason,
-    };
-    let (namespace, rest) = value
-        .split_once('/')
-        .ok_or_else(|| error(format!("`{value}` is not NAMESPACE/NAME:PORT (no `/`)")))?;
-    let (name, port) = rest
-        .rsplit_once(':')
-        .ok_or_else(|| error(format!("`{value}` is not NAMESPACE/NAME:PORT (no `:PORT`)")))?;
-    if namespace.is_empty() || name.is_empty() {
-        return Err(error(format!(
-            "`{value}`: the namespace and the name must not be empty"
-        )));
-    }
-    let port: u16 = port
-        .parse()
-        .ok()
-        .filter(|p| *p != 0)
-        .ok_or_else(|| error(format!("`{port}` is not a port number (1-65535)")))?;
-    Ok(ClientConfigTarget::Service {
-        namespace: namespace.into(),
-        name: name.into(),
-        port,
     })
 }
 
@@ -230,7 +209,7 @@ mod tests {
             }
         );
         assert_eq!(config.bind.port(), 0);
-        assert_eq!(config.certificate, CertificateSource::default());
+        assert_eq!(config.certificate, super::super::tls::default_source());
         assert_eq!(
             config.certificate,
             CertificateSource::CaSecret {

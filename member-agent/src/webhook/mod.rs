@@ -9,12 +9,12 @@
 //!
 //! ```no_run
 //! # async fn example(client: kube::Client, app_config: std::sync::Arc<lifeboat_agent::config::AppWrapperConfig>) -> Result<(), Box<dyn std::error::Error>> {
-//! use lifeboat_agent::webhook::{self, ClientConfigTarget, CertificateSource, Webhook, WebhookConfig};
+//! use lifeboat_agent::webhook::{self, ClientConfigTarget, Webhook, WebhookConfig};
 //! let registry = prometheus::Registry::new();
 //! let config = WebhookConfig {
 //!     bind: "127.0.0.1:0".parse()?,
 //!     target: ClientConfigTarget::Url { host: "127.0.0.1".into(), port: None },
-//!     certificate: CertificateSource::default(), // a CA in Secret lifeboat-agent-webhook-ca
+//!     certificate: webhook::tls::default_source(), // a CA in Secret lifeboat-agent-webhook-ca
 //! };
 //! let webhook = Webhook::bind(config, &client, &registry).await?;
 //! let endpoint = webhook.endpoint();
@@ -31,7 +31,7 @@ pub mod server;
 pub mod tls;
 
 use std::future::{Future, IntoFuture};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,36 +53,7 @@ pub use registration::{
 pub use server::{AdmissionMetrics, HEALTHZ_PATH, MAX_REVIEW_BYTES, MUTATE_PATH, VALIDATE_PATH};
 pub use tls::{CertificateError, CertificateSource, Certificates, DEFAULT_CA_SECRET};
 
-/// How the apiserver reaches the webhook.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ClientConfigTarget {
-    /// `https://{host}:{port}/...`: the agent runs outside the cluster (as in the local fleet).
-    /// `port: None` means the port the server is bound to.
-    Url { host: String, port: Option<u16> },
-    /// A Service in front of the agent's pods (in-cluster deployment).
-    Service {
-        namespace: String,
-        name: String,
-        port: u16,
-    },
-}
-
-impl ClientConfigTarget {
-    /// The names a generated serving certificate must carry for this target.
-    pub fn certificate_names(&self) -> Vec<String> {
-        match self {
-            ClientConfigTarget::Url { host, .. } => vec![host.clone()],
-            ClientConfigTarget::Service {
-                namespace, name, ..
-            } => vec![
-                format!("{name}.{namespace}.svc"),
-                format!("{name}.{namespace}.svc.cluster.local"),
-                format!("{name}.{namespace}"),
-                name.clone(),
-            ],
-        }
-    }
-}
+pub use lifeboat_runtime::webhook::{ClientConfigTarget, WebhookEndpoint};
 
 /// Everything the webhook server needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,41 +63,6 @@ pub struct WebhookConfig {
     /// How the apiserver reaches us (also the names of a generated certificate).
     pub target: ClientConfigTarget,
     pub certificate: CertificateSource,
-}
-
-/// What [`register`] needs: where the webhook is and the CA that signed its certificate.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookEndpoint {
-    /// With the port resolved for URL targets.
-    pub target: ClientConfigTarget,
-    pub ca_bundle_pem: String,
-    /// Namespace of the dry-run probes that confirm the apiserver calls the webhook.
-    pub probe_namespace: String,
-    /// How long [`register`] waits for the apiserver to call the webhook.
-    pub ready_timeout: Duration,
-}
-
-impl WebhookEndpoint {
-    /// `https://host:port` for URL targets; `https://name.namespace.svc:port` for a Service.
-    pub fn base_url(&self) -> String {
-        match &self.target {
-            ClientConfigTarget::Url { host, port } => {
-                let host = match host.parse::<IpAddr>() {
-                    Ok(IpAddr::V6(v6)) => format!("[{v6}]"),
-                    _ => host.clone(),
-                };
-                match port {
-                    Some(port) => format!("https://{host}:{port}"),
-                    None => format!("https://{host}"),
-                }
-            }
-            ClientConfigTarget::Service {
-                namespace,
-                name,
-                port,
-            } => format!("https://{name}.{namespace}.svc:{port}"),
-        }
-    }
 }
 
 /// Why the webhook could not start or keep serving.
@@ -173,7 +109,7 @@ impl Webhook {
         client: &kube::Client,
         registry: &Registry,
     ) -> Result<Self, WebhookError> {
-        let certificates = Certificates::prepare(
+        let certificates = tls::prepare(
             &config.certificate,
             &config.target.certificate_names(),
             client,
@@ -196,7 +132,7 @@ impl Webhook {
             source,
         })?;
         Ok(Self {
-            listener: server::TlsListener::new(tcp, acceptor),
+            listener: server::TlsListener::new(tcp, acceptor, "AppWrapper webhook"),
             local_addr,
             certificates,
             target: config.target,
@@ -301,45 +237,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn certificate_names_follow_the_target() {
-        let url = ClientConfigTarget::Url {
-            host: "127.0.0.1".into(),
-            port: None,
-        };
-        assert_eq!(url.certificate_names(), vec!["127.0.0.1"]);
-        let svc = ClientConfigTarget::Service {
-            namespace: "ns".into(),
-            name: "agent".into(),
-            port: 443,
-        };
-        assert_eq!(svc.certificate_names()[0], "agent.ns.svc");
-        assert!(
-            svc.certificate_names()
-                .contains(&"agent.ns.svc.cluster.local".to_string())
-        );
-    }
-
-    #[test]
-    fn base_urls_bracket_ipv6_hosts() {
-        let endpoint = |target| WebhookEndpoint {
-            target,
-            ca_bundle_pem: String::new(),
-            probe_namespace: "default".into(),
-            ready_timeout: Duration::from_secs(1),
-        };
-        let v6 = endpoint(ClientConfigTarget::Url {
-            host: "::1".into(),
-            port: Some(9443),
-        });
-        assert_eq!(v6.base_url(), "https://[::1]:9443");
-        let v4 = endpoint(ClientConfigTarget::Url {
-            host: "127.0.0.1".into(),
-            port: Some(1),
-        });
-        assert_eq!(v4.base_url(), "https://127.0.0.1:1");
-    }
 
     #[tokio::test]
     async fn binding_port_zero_resolves_the_endpoint_port() {

@@ -6,19 +6,19 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ValidatingWebhook,
+    ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::{GROUP, USER_NAME_LABEL, VERSION};
+use lifeboat_runtime::webhook::points_at;
 use lifeboat_tls::ServingCertificate;
 use serde_json::json;
 
+use super::WebhookEndpoint;
 use super::server::{AdmissionMetrics, MUTATE_PATH, VALIDATE_PATH};
-use super::{ClientConfigTarget, WebhookEndpoint};
 use crate::install::FIELD_MANAGER;
 
 /// Name of the MutatingWebhookConfiguration.
@@ -70,28 +70,7 @@ pub enum RegisterError {
 }
 
 fn client_config(endpoint: &WebhookEndpoint, path: &str) -> WebhookClientConfig {
-    let ca_bundle = Some(ByteString(endpoint.ca_bundle_pem.clone().into_bytes()));
-    match &endpoint.target {
-        ClientConfigTarget::Url { .. } => WebhookClientConfig {
-            ca_bundle,
-            url: Some(format!("{}{path}", endpoint.base_url())),
-            service: None,
-        },
-        ClientConfigTarget::Service {
-            namespace,
-            name,
-            port,
-        } => WebhookClientConfig {
-            ca_bundle,
-            url: None,
-            service: Some(ServiceReference {
-                namespace: namespace.clone(),
-                name: name.clone(),
-                path: Some(path.to_string()),
-                port: Some(i32::from(*port)),
-            }),
-        },
-    }
+    endpoint.client_config(path)
 }
 
 fn rules(operations: &[&str]) -> Option<Vec<RuleWithOperations>> {
@@ -199,12 +178,6 @@ pub async fn apply_configurations(
 
 /// Retries of a failed re-registration back off up to this.
 const MAX_RETRY: Duration = Duration::from_secs(30);
-
-/// Whether a registered client config reaches `ours` (same URL, or same Service and path),
-/// whatever its caBundle.
-fn points_at(registered: &WebhookClientConfig, ours: &WebhookClientConfig) -> bool {
-    registered.url == ours.url && registered.service == ours.service
-}
 
 /// Applies the configurations with `endpoint`'s CA bundle if they point at `endpoint` (the
 /// webhook this process serves); configurations that send the apiserver elsewhere (another
@@ -416,6 +389,8 @@ async fn wait_until_live(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::webhook::ClientConfigTarget;
+    use k8s_openapi::ByteString;
 
     fn endpoint(target: ClientConfigTarget) -> WebhookEndpoint {
         WebhookEndpoint {

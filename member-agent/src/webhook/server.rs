@@ -1,10 +1,7 @@
 //! The HTTPS side: the axum router (AdmissionReview v1 in, AdmissionReview out), the TLS
 //! listener, and the admission counter.
 
-use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -12,13 +9,8 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
 use lifeboat_tls::ServingCertificate;
 use prometheus::{Gauge, IntCounterVec, Opts, Registry};
-use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use super::access::{AccessLimits, Authorizer, validate_create_with_access};
 use super::admission::{
@@ -38,8 +30,6 @@ pub const HEALTHZ_PATH: &str = "/healthz";
 /// UPDATE review carries two objects of up to ~1.5 MiB each (etcd's limit) plus the envelope.
 /// A larger body is refused with 413 before it is parsed.
 pub const MAX_REVIEW_BYTES: usize = 8 * 1024 * 1024;
-/// A client that does not finish its TLS handshake in this time is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// `appwrapper_admission_total{operation, allowed}`: verdicts of the validating webhook;
 /// `lifeboat_agent_webhook_certificate_expiration_timestamp_seconds`: when the certificate
@@ -179,75 +169,8 @@ async fn validate_handler<A: Authorizer>(
     review_response(response.into_review())
 }
 
-type Handshake = Pin<Box<dyn Future<Output = Option<(TlsStream<TcpStream>, SocketAddr)>> + Send>>;
-
-/// A TCP listener that yields TLS connections. Handshakes run concurrently, so one slow client
-/// cannot hold up the others; a failed handshake is logged and dropped.
-pub struct TlsListener {
-    tcp: TcpListener,
-    acceptor: TlsAcceptor,
-    handshakes: FuturesUnordered<Handshake>,
-}
-
-impl TlsListener {
-    pub fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> Self {
-        Self {
-            tcp,
-            acceptor,
-            handshakes: FuturesUnordered::new(),
-        }
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let Self {
-            tcp,
-            acceptor,
-            handshakes,
-        } = self;
-        loop {
-            tokio::select! {
-                // The inherent accept (a Result), not axum's Listener::accept of TcpListener.
-                accepted = TcpListener::accept(tcp) => match accepted {
-                    Ok((stream, peer)) => {
-                        let acceptor = acceptor.clone();
-                        handshakes.push(Box::pin(async move {
-                            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                                Ok(Ok(tls)) => Some((tls, peer)),
-                                Ok(Err(error)) => {
-                                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                                    None
-                                }
-                                Err(_) => {
-                                    tracing::debug!(%peer, "TLS handshake timed out");
-                                    None
-                                }
-                            }
-                        }));
-                    }
-                    Err(error) => {
-                        // Out of file descriptors and the like: back off instead of spinning.
-                        tracing::warn!(%error, "accepting a webhook connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                },
-                Some(done) = handshakes.next(), if !handshakes.is_empty() => {
-                    if let Some(connection) = done {
-                        return connection;
-                    }
-                }
-            }
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.tcp.local_addr()
-    }
-}
+/// The webhook's TLS listener (shared with the hub's HTTPS servers).
+pub use lifeboat_runtime::tls_listener::TlsListener;
 
 #[cfg(test)]
 mod tests {

@@ -70,6 +70,7 @@ pub async fn start_hub_with(
         cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: ledger_url(&ctx.namespace)?,
         recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
+        webhook: None,
     };
     configure(&mut options);
     tokio::spawn(async move {

@@ -1,5 +1,7 @@
-//! A TCP listener that hands axum TLS connections. Handshakes run concurrently (one slow or
-//! silent client cannot hold up the others) and are given up after [`HANDSHAKE_TIMEOUT`].
+//! A TCP listener that hands axum TLS connections, for every HTTPS server of Lifeboat (the hub's
+//! agent API, the admission webhooks of the agent and the hub). Handshakes run concurrently
+//! (one slow or silent client cannot hold up the others) and are given up after
+//! [`HANDSHAKE_TIMEOUT`].
 
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -20,28 +22,32 @@ pub struct TlsListener {
     tcp: TcpListener,
     acceptor: TlsAcceptor,
     pending: FuturesUnordered<Handshake>,
+    /// What is served, for the logs ("agent API", "webhook").
+    what: &'static str,
 }
 
 impl TlsListener {
-    pub fn new(tcp: TcpListener, acceptor: TlsAcceptor) -> TlsListener {
+    pub fn new(tcp: TcpListener, acceptor: TlsAcceptor, what: &'static str) -> TlsListener {
         TlsListener {
             tcp,
             acceptor,
             pending: FuturesUnordered::new(),
+            what,
         }
     }
 
     fn handshake(&self, stream: TcpStream, peer: SocketAddr) -> Handshake {
         let accept = self.acceptor.accept(stream);
+        let what = self.what;
         Box::pin(async move {
             match tokio::time::timeout(HANDSHAKE_TIMEOUT, accept).await {
                 Ok(Ok(tls)) => Some((tls, peer)),
                 Ok(Err(error)) => {
-                    tracing::debug!(%peer, %error, "agent API: TLS handshake failed");
+                    tracing::debug!(%peer, %error, "{what}: TLS handshake failed");
                     None
                 }
                 Err(_) => {
-                    tracing::debug!(%peer, "agent API: TLS handshake timed out");
+                    tracing::debug!(%peer, "{what}: TLS handshake timed out");
                     None
                 }
             }
@@ -56,6 +62,7 @@ impl axum::serve::Listener for TlsListener {
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {
         loop {
             tokio::select! {
+                // The inherent accept (a Result), not axum's Listener::accept of TcpListener.
                 accepted = TcpListener::accept(&self.tcp) => match accepted {
                     Ok((stream, peer)) => {
                         let _ = stream.set_nodelay(true);
@@ -64,7 +71,7 @@ impl axum::serve::Listener for TlsListener {
                     }
                     Err(error) => {
                         // Out of descriptors and the like: back off rather than spin.
-                        tracing::warn!(%error, "agent API: accepting a connection failed");
+                        tracing::warn!(%error, "{}: accepting a connection failed", self.what);
                         tokio::time::sleep(Duration::from_millis(100)).await;
                     }
                 },
