@@ -20,8 +20,8 @@ use lifeboat_api::cluster::{
     Cluster, ClusterSpec, NodeSummary, Quantity, ResourceSummary, TAINT_UNREACHABLE,
 };
 use lifeboat_api::protocol::{
-    self, HeartbeatResponse, Inventory, LEADER_HEADER, MAX_STATUS_ITEMS, StatusReport,
-    StatusResponse, WorkEvent,
+    self, HeartbeatResponse, Inventory, LEADER_HEADER, MAX_STATUS_ITEMS, RegisterRequest,
+    StatusReport, StatusResponse, WorkEvent,
 };
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::wait;
@@ -55,8 +55,20 @@ fn main() -> ExitCode {
             E2eTest::new("forged_token_is_401", forged_token_is_401),
             E2eTest::new("revoked_token_is_401", revoked_token_is_401),
             E2eTest::new(
-                "re_registration_rotates_the_token",
-                re_registration_rotates_the_token,
+                "re_registration_with_the_current_credential_rotates_it",
+                re_registration_with_the_current_credential_rotates_it,
+            ),
+            E2eTest::new(
+                "unbound_token_cannot_take_over_a_registered_cluster_403",
+                unbound_token_cannot_take_over_a_registered_cluster,
+            ),
+            E2eTest::new(
+                "unbound_token_registers_a_new_cluster",
+                unbound_token_registers_a_new_cluster,
+            ),
+            E2eTest::new(
+                "bound_token_re_registers_a_registered_cluster",
+                bound_token_re_registers_a_registered_cluster,
             ),
             E2eTest::new(
                 "expired_bootstrap_token_is_401",
@@ -413,13 +425,19 @@ async fn revoked_token_is_401(ctx: Arc<TestContext>) -> TestResult {
     check(end.is_none(), format!("the open stream ended, got {end:?}"))
 }
 
-async fn re_registration_rotates_the_token(ctx: Arc<TestContext>) -> TestResult {
+async fn re_registration_with_the_current_credential_rotates_it(
+    ctx: Arc<TestContext>,
+) -> TestResult {
     let hub = hub(&ctx).await?;
     let name = "rotated-1";
     let old = hub.register(name).await?;
     let (_, mut stream) = open_work(&hub.app, name, &old, None).await?;
     stream.until_synced().await?;
-    let new = hub.register(name).await?;
+    // The agent re-registers itself: its current credential is the bearer.
+    let reply = hub.register_as(Some(&old), &register_request(name)).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let new: protocol::RegisterResponse = serde_json::from_value(reply.body)?;
+    let new = new.token;
     let end = stream.next(T).await?;
     check(
         end.is_none(),
@@ -433,6 +451,129 @@ async fn re_registration_rotates_the_token(ctx: Arc<TestContext>) -> TestResult 
     check(
         hub.heartbeat(name, &new, None).await.status == StatusCode::OK,
         "the new token works",
+    )?;
+    // The rotated-away credential registers nothing any more.
+    hub.register_as(Some(&old), &register_request(name))
+        .await
+        .refused(401, "Unauthorized", "not known")?;
+    one_lease_one_credential(&hub, name).await
+}
+
+/// The stored digest of `name`'s credential.
+async fn stored_digest(hub: &Hub, name: &str) -> Result<Option<String>, harness::TestError> {
+    Ok(secrets(hub)
+        .get_opt(&credential_secret_name(name))
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(CREDENTIAL_HASH_KEY).cloned())
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
+}
+
+async fn unbound_token_cannot_take_over_a_registered_cluster(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "takeover-1";
+    let token = hub.register(name).await?;
+    let digest = stored_digest(&hub, name).await?;
+    // Another agent with the same unbound bootstrap token names the registered cluster.
+    let intruder = RegisterRequest {
+        identity: "intruder".into(),
+        ..register_request(name)
+    };
+    hub.register_as(Some(&hub.bootstrap), &intruder)
+        .await
+        .refused(403, "Forbidden", "cluster takeover-1 is already registered")?;
+    // Nothing changed: the real credential still works, the agent is still the real one.
+    check(
+        stored_digest(&hub, name).await? == digest,
+        "the stored credential is unchanged",
+    )?;
+    check(
+        hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
+        "the real credential still works",
+    )?;
+    let agent = clusters(&hub)
+        .get(name)
+        .await?
+        .status
+        .and_then(|s| s.agent)
+        .map(|a| a.identity);
+    check(
+        agent.as_deref() == Some("agent-takeover-1"),
+        format!("the Cluster's agent: {agent:?}"),
+    )?;
+    // Another cluster's credential registers nothing either.
+    let other = hub.register("takeover-2").await?;
+    hub.register_as(Some(&other), &register_request(name))
+        .await
+        .refused(
+            403,
+            "Forbidden",
+            "the credential of cluster takeover-2 cannot register cluster takeover-1",
+        )?;
+    one_lease_one_credential(&hub, name).await
+}
+
+async fn unbound_token_registers_a_new_cluster(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "newcomer-1";
+    nothing_created(&hub, name).await?;
+    let reply = hub
+        .register_as(Some(&hub.bootstrap), &register_request(name))
+        .await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let token: protocol::RegisterResponse = serde_json::from_value(reply.body)?;
+    check(
+        hub.heartbeat(name, &token.token, None).await.status == StatusCode::OK,
+        "the new cluster's credential works",
+    )?;
+    // A Cluster an operator created, that no agent registered yet, is new too.
+    let precreated = "newcomer-2";
+    clusters(&hub)
+        .create(
+            &PostParams::default(),
+            &Cluster::new(precreated, ClusterSpec::default()),
+        )
+        .await?;
+    let reply = hub
+        .register_as(Some(&hub.bootstrap), &register_request(precreated))
+        .await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    one_lease_one_credential(&hub, name).await
+}
+
+async fn bound_token_re_registers_a_registered_cluster(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "rebound-1";
+    let old = hub.register(name).await?;
+    // The operator mints a token bound to the name (what `lifeboatctl join` does), e.g. for an
+    // agent that lost its credential Secret.
+    let bound = format!("{}-rebound-0123456789abcdef0123456789", hub.namespace);
+    bootstrap_token(
+        &hub.client,
+        &hub.namespace,
+        "join-rebound-1",
+        &bound,
+        None,
+        Some(name),
+    )
+    .await?;
+    let reply = wait::until("the bound token registers", T, || async {
+        let reply = hub.register_as(Some(&bound), &register_request(name)).await;
+        // Until the watch delivers the Secret, the token is merely unknown.
+        if reply.status == StatusCode::OK {
+            Ok(reply)
+        } else {
+            Err(format!("{} {}", reply.status, reply.body))
+        }
+    })
+    .await?;
+    let new: protocol::RegisterResponse = serde_json::from_value(reply.body)?;
+    hub.heartbeat(name, &old, None)
+        .await
+        .refused(401, "Unauthorized", "unknown or revoked")?;
+    check(
+        hub.heartbeat(name, &new.token, None).await.status == StatusCode::OK,
+        "the new credential works",
     )?;
     one_lease_one_credential(&hub, name).await
 }
@@ -1500,8 +1641,7 @@ async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
     check(taint.time_added.is_some(), "timeAdded set")?;
     readiness_gauge(&registry, name, -1).await?;
 
-    // Restarted (it registers again): Ready, the taint gone.
-    let token = hub.register(name).await?;
+    // Restarted (it reuses its credential, kept in its member): Ready, the taint gone.
     let (stop_agent, agent) = heartbeats(token);
     wait_health(&hub, name, "True", "ClusterReady", false).await?;
     let _ = stop_agent.send(());
