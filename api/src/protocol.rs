@@ -111,6 +111,11 @@ pub struct HeartbeatRequest {
     /// nothing in its cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member_api_unreachable_seconds: Option<u64>,
+    /// The agent's last heartbeat, after one was answered [`HeartbeatResponse::stop`]: it has
+    /// removed the hub's work from its cluster and stopped for good; the hub then lets the
+    /// deleted Cluster go.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// What the hub says back to a heartbeat.
@@ -118,7 +123,8 @@ pub struct HeartbeatRequest {
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatResponse {
     pub lease_duration_seconds: i32,
-    /// The Cluster was deleted on the hub: the agent must remove the hub's work and stop.
+    /// The Cluster is being deleted on the hub: the agent must remove the hub's work, stop and
+    /// say so in a last heartbeat with [`HeartbeatRequest::stopped`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop: bool,
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use lifeboat_api::cluster::{
     Cluster, ClusterSpec, NodeSummary, Quantity, ResourceSummary, TAINT_UNREACHABLE,
 };
@@ -29,6 +29,7 @@ use lifeboat_hub::agentapi::auth::{
     CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, TokenHash,
     credential_secret_name,
 };
+use lifeboat_hub::cluster_removal::{EVENT_REMOVED, FINALIZER};
 use lifeboat_hub::clusters::{
     ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor, lease_name,
 };
@@ -97,8 +98,16 @@ fn main() -> ExitCode {
                 invalid_registration_is_400,
             ),
             E2eTest::new(
-                "deleted_cluster_stops_its_agent_then_401",
+                "deleted_cluster_is_held_until_its_agent_stopped_then_401",
                 deleted_cluster_stops_its_agent,
+            ),
+            E2eTest::new(
+                "deleted_cluster_of_a_silent_agent_goes_with_its_lease_and_its_bound_tokens",
+                deleted_cluster_of_a_silent_agent_goes_with_its_lease,
+            ),
+            E2eTest::new(
+                "deleted_cluster_nobody_registered_goes_at_once",
+                deleted_cluster_nobody_registered_goes_at_once,
             ),
             E2eTest::new(
                 "replayed_status_batch_changes_nothing",
@@ -976,22 +985,64 @@ async fn invalid_registration_is_400(ctx: Arc<TestContext>) -> TestResult {
     Ok(())
 }
 
+/// The hub's finalizer is on `name` (the monitor or the registration put it there).
+async fn until_held(hub: &Hub, name: &str) -> TestResult {
+    wait::until(&format!("the hub's finalizer on {name}"), T, || async {
+        let cluster = clusters(hub).get(name).await.map_err(|e| e.to_string())?;
+        if cluster.finalizers().iter().any(|f| f == FINALIZER) {
+            Ok(())
+        } else {
+            Err(format!("finalizers {:?}", cluster.finalizers()))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn until_gone(hub: &Hub, name: &str) -> TestResult {
+    wait::until(&format!("Cluster {name} gone"), T, || async {
+        match clusters(hub).get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(c)) => Err(format!(
+                "still there, deleting since {:?}, finalizers {:?}",
+                c.metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string()),
+                c.finalizers()
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// A heartbeat of `name`'s agent saying it stopped (after the hub told it to).
+async fn stopped_heartbeat(hub: &Hub, name: &str, token: &str) -> Reply {
+    let body = json!({"identity": format!("agent-{name}"), "stopped": true});
+    hub.call(
+        "POST",
+        &protocol::heartbeat_path(name),
+        Some(token),
+        Some(body.to_string().into_bytes()),
+    )
+    .await
+}
+
 async fn deleted_cluster_stops_its_agent(ctx: Arc<TestContext>) -> TestResult {
     let hub = hub(&ctx).await?;
     let name = "deleted-1";
+    // An operator's Cluster; the monitor (leading) puts the hub's finalizer on it.
+    labelled_cluster(&hub, name).await?;
+    let (_transitions, _registry, _stop) =
+        monitor(&hub, Duration::from_secs(30), Duration::from_secs(5)).await?;
+    until_held(&hub, name).await?;
     let token = hub.register(name).await?;
-    // Hold the deletion with a finalizer, as the hub's cleanup would.
-    clusters(&hub)
-        .patch(
-            name,
-            &PatchParams::apply("e2e-test"),
-            &Patch::Apply(json!({
-                "apiVersion": "cluster.lifeboat.dev/v1alpha1",
-                "kind": "Cluster",
-                "metadata": {"name": name, "finalizers": ["e2e.lifeboat.dev/hold"]},
-            })),
-        )
-        .await?;
+    check(
+        hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
+        "heartbeat before the deletion",
+    )?;
     clusters(&hub)
         .delete(name, &DeleteParams::default())
         .await?;
@@ -1014,16 +1065,27 @@ async fn deleted_cluster_stops_its_agent(ctx: Arc<TestContext>) -> TestResult {
     hub.register_as(Some(&hub.bootstrap), &register_request(name))
         .await
         .refused(409, "Conflict", "being deleted")?;
-    // Deletion completes: the token no longer works (the credential Secret is owned by the
+    // Until the agent says it stopped (or its 30 s lease runs out), the Cluster stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = clusters(&hub).get_opt(name).await?;
+    check(
+        held.as_ref()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+        format!(
+            "held for the agent: {:?}",
+            held.map(|c| c.finalizers().to_vec())
+        ),
+    )?;
+    // The agent removed the hub's work and says it stopped: the Cluster goes.
+    let reply = stopped_heartbeat(&hub, name, &token).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    until_gone(&hub, name).await?;
+    check(
+        events_of(&hub, name, EVENT_REMOVED).await? >= 1,
+        "a ClusterRemoved Event",
+    )?;
+    // Deletion completed: the token no longer works (the credential Secret is owned by the
     // Cluster, so the garbage collector removes it too; when is up to its discovery resync).
-    let uid = clusters(&hub).get(name).await?.metadata.uid;
-    clusters(&hub)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await?;
     wait::until("the token refused", T, || async {
         let reply = hub.heartbeat(name, &token, None).await;
         reply
@@ -1031,16 +1093,86 @@ async fn deleted_cluster_stops_its_agent(ctx: Arc<TestContext>) -> TestResult {
             .map_err(|e| e.to_string())
     })
     .await?;
-    if let Some(secret) = secrets(&hub).get_opt(&credential_secret_name(name)).await? {
-        check(
-            secret
-                .owner_references()
-                .iter()
-                .any(|o| o.kind == "Cluster" && Some(&o.uid) == uid.as_ref()),
-            "a remaining credential is owned by the deleted Cluster (garbage)",
-        )?;
-    }
     Ok(())
+}
+
+async fn deleted_cluster_of_a_silent_agent_goes_with_its_lease(
+    ctx: Arc<TestContext>,
+) -> TestResult {
+    let lease = Duration::from_secs(4);
+    let hub = Hub::start(ctx.client(HUB).await?, &ctx.namespace, "e1", |c| {
+        c.lease_duration = lease;
+    })
+    .await?;
+    let name = "deleted-silent-1";
+    labelled_cluster(&hub, name).await?;
+    let (_transitions, _registry, _stop) = monitor(&hub, lease, Duration::from_secs(5)).await?;
+    until_held(&hub, name).await?;
+    // A token bound to the name (an earlier `lifeboatctl join`) and an unbound one.
+    let bound = format!("{}-bound-silent-0123456789abcdef0123456789", hub.namespace);
+    bootstrap_token(
+        &hub.client,
+        &hub.namespace,
+        "join-deleted-silent-1",
+        &bound,
+        None,
+        Some(name),
+    )
+    .await?;
+    let token = hub.register(name).await?;
+    check(
+        hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
+        "heartbeat",
+    )?;
+    let deleting = std::time::Instant::now();
+    clusters(&hub)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    // The agent never confirms: the Cluster goes once its lease has run out, not before.
+    until_gone(&hub, name).await?;
+    check(
+        deleting.elapsed() >= lease - Duration::from_secs(1),
+        format!(
+            "gone after {:?}, before the {lease:?} lease ran out",
+            deleting.elapsed()
+        ),
+    )?;
+    // The token bound to the deleted name is revoked; the unbound one stays.
+    let tokens = secrets(&hub);
+    check(
+        tokens.get_opt("join-deleted-silent-1").await?.is_none(),
+        "the bound bootstrap token is revoked",
+    )?;
+    check(
+        tokens.get_opt("bootstrap-any").await?.is_some(),
+        "the unbound bootstrap token stays",
+    )?;
+    check(
+        events_of(&hub, name, EVENT_REMOVED).await? >= 1,
+        "a ClusterRemoved Event",
+    )?;
+    Ok(())
+}
+
+async fn deleted_cluster_nobody_registered_goes_at_once(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "deleted-unregistered-1";
+    labelled_cluster(&hub, name).await?;
+    let (_transitions, _registry, _stop) =
+        monitor(&hub, Duration::from_secs(30), Duration::from_secs(5)).await?;
+    until_held(&hub, name).await?;
+    let deleting = std::time::Instant::now();
+    clusters(&hub)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    until_gone(&hub, name).await?;
+    check(
+        deleting.elapsed() < Duration::from_secs(30),
+        format!(
+            "gone after {:?}, without waiting for a lease",
+            deleting.elapsed()
+        ),
+    )
 }
 
 async fn replayed_status_batch_changes_nothing(ctx: Arc<TestContext>) -> TestResult {

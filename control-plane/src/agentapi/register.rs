@@ -1,5 +1,5 @@
-//! Registration: a bootstrap token buys a cluster token. The hub creates the Cluster if absent,
-//! mints the token, keeps only its SHA-256 (Secret
+//! Registration: a bootstrap token buys a cluster token. The hub creates the Cluster if absent
+//! (with the hub's finalizer), mints the token, keeps only its SHA-256 (Secret
 //! `cluster-<name>-credential`, owned by the Cluster), renews the Lease and records the agent in
 //! the Cluster status. A new registration replaces the credential: the previous token stops
 //! working. So registering a cluster that holds a live credential takes either that credential
@@ -29,8 +29,9 @@ use super::auth::{
     self, CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, RegisterRefusal,
     Registrant, TokenHash,
 };
-use super::heartbeat::whole_seconds;
+use super::heartbeat::{LeaseNotes, whole_seconds};
 use super::{ApiError, FIELD_MANAGER, Shared, json_body, seconds};
+use crate::cluster_removal::FINALIZER;
 
 /// Whether `name` is a DNS-1123 label (what a Cluster name must be here: it also names the
 /// Lease and the Secret).
@@ -182,7 +183,9 @@ pub(super) async fn register(
         let token = auth::mint_token(&shared.rng)
             .map_err(|_| ApiError::Unavailable("the system random source failed".into()))?;
         let hash = TokenHash::of(&token);
-        shared.renew_lease(&cluster, &body.identity, None).await?;
+        shared
+            .renew_lease(&cluster, &body.identity, LeaseNotes::default())
+            .await?;
         store_credential(&shared, &cluster, hash).await?;
         let agent = AgentInfo {
             identity: body.identity.clone(),
@@ -238,7 +241,7 @@ async fn create_cluster(
     registrant: &Registrant,
 ) -> Result<Cluster, ApiError> {
     let name = body.cluster_name.as_str();
-    let cluster = Cluster::new(
+    let mut cluster = Cluster::new(
         name,
         ClusterSpec {
             provider: body.provider.clone(),
@@ -247,6 +250,9 @@ async fn create_cluster(
             ..ClusterSpec::default()
         },
     );
+    // The hub's finalizer from the start: a Cluster deleted right after its creation still
+    // stops its agent (the health monitor adds it to Clusters created otherwise).
+    cluster.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
     match clusters.create(&PostParams::default(), &cluster).await {
         Ok(created) => {
             tracing::info!("created the Cluster at its agent's first registration");
