@@ -123,6 +123,10 @@ fn main() -> ExitCode {
             ),
             E2eTest::new("https_end_to_end", https_end_to_end),
             E2eTest::new(
+                "slow_clients_are_closed_and_refused_while_an_agent_heartbeats",
+                slow_clients_are_closed_and_refused_while_an_agent_heartbeats,
+            ),
+            E2eTest::new(
                 "cluster_goes_unknown_and_tainted_when_its_agent_stops",
                 cluster_health_follows_the_lease,
             ),
@@ -1543,6 +1547,254 @@ async fn https_end_to_end(ctx: Arc<TestContext>) -> TestResult {
     let end = lines.next(Duration::from_secs(10)).await?;
     check(end.is_none(), format!("stream ended at shutdown: {end:?}"))?;
     tokio::time::timeout(Duration::from_secs(10), server).await???;
+    Ok(())
+}
+
+/// One slow client: what happened to it.
+#[derive(Debug)]
+struct SlowClient {
+    /// The TLS handshake completed (the hub admitted the connection).
+    admitted: bool,
+    /// From the end of the handshake until the hub closed the connection.
+    open_for: Option<Duration>,
+}
+
+/// A client from `source` that completes its TLS handshake, then sends a request header one
+/// byte every `every` and never finishes it; it reads until the hub closes the connection (at
+/// most `limit`).
+async fn slow_client(
+    source: std::net::IpAddr,
+    hub: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    every: Duration,
+    limit: Duration,
+) -> Result<SlowClient, harness::TestError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::new(source, 0))?;
+    let tcp = socket.connect(hub).await?;
+    let connector = tokio_rustls::TlsConnector::from(tls);
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let stream = match tokio::time::timeout(T, connector.connect(name, tcp)).await? {
+        Ok(stream) => stream,
+        // Refused: the hub closed the connection before any handshake.
+        Err(_) => {
+            return Ok(SlowClient {
+                admitted: false,
+                open_for: None,
+            });
+        }
+    };
+    let handshaken = std::time::Instant::now();
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let trickle = async move {
+        let header = format!(
+            "POST {} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n",
+            protocol::register_path()
+        );
+        for byte in header.bytes().cycle() {
+            if writer.write_all(&[byte]).await.is_err() || writer.flush().await.is_err() {
+                break;
+            }
+            tokio::time::sleep(every).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    let closed = async move {
+        let mut buffer = [0u8; 1024];
+        // Anything the hub sends before it closes (it sends no answer to half a header) is
+        // read; the end of the stream or an error is the close.
+        while let Ok(n) = reader.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+        }
+        handshaken.elapsed()
+    };
+    let open_for = tokio::select! {
+        elapsed = closed => Some(elapsed),
+        () = trickle => None,
+        () = tokio::time::sleep(limit) => None,
+    };
+    Ok(SlowClient {
+        admitted: true,
+        open_for,
+    })
+}
+
+async fn slow_clients_are_closed_and_refused_while_an_agent_heartbeats(
+    ctx: Arc<TestContext>,
+) -> TestResult {
+    use lifeboat_hub::agentapi::server::ConnectionLimits;
+    const PER_IP: usize = 8;
+    const SLOW: usize = 10;
+    let header_timeout = Duration::from_secs(3);
+    let hub = Hub::start(ctx.client(HUB).await?, &ctx.namespace, "e1", |config| {
+        config.heartbeat_interval = Duration::from_secs(1);
+        config.connections = ConnectionLimits {
+            max_total: 64,
+            max_per_ip: PER_IP,
+            tls_handshake_timeout: Duration::from_secs(5),
+            header_read_timeout: header_timeout,
+            idle_timeout: Duration::from_secs(30),
+        };
+    })
+    .await?;
+    let pki_dir = ctx.fleet.state_dir().join("agent-api-slow-pki");
+    let (server_tls, client_tls) = tls_pair(&pki_dir)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hub.api.clone().serve(listener, server_tls, async {
+        let _ = stopped.await;
+    }));
+
+    // A real agent in hub mode (on the fleet's member, from 127.0.0.1).
+    let dir = ctx.fleet.state_dir().join("agent-api-slow-agent");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("bootstrap-token"), &hub.bootstrap)?;
+    let member = ctx.first_member();
+    let credential_namespace = ctx.namespace(&member).await?;
+    let cluster = "slow-clients-agent-1";
+    let registry = prometheus::Registry::new();
+    let agent = lifeboat_agent::agent::spawn(
+        lifeboat_agent::agent::AgentOptions {
+            kubeconfig: Some(ctx.fleet.kubeconfig(&member)?),
+            config: Default::default(),
+            cluster: cluster.into(),
+            metrics_bind: None,
+            concurrency: 2,
+            install_crd: true,
+            webhook: None,
+            leader_election: None,
+            hub: Some(lifeboat_agent::hub::HubOptions {
+                urls: vec![format!("https://localhost:{}", address.port())],
+                ca_file: Some(pki_dir.join("ca.crt")),
+                bootstrap_token_file: dir.join("bootstrap-token"),
+                fencing_period: Duration::from_secs(60),
+                provider: None,
+                region: None,
+                zone: None,
+                credential_secret: lifeboat_agent::hub::SecretRef {
+                    namespace: credential_namespace,
+                    name: "hub-credential".into(),
+                },
+                identity: Some("slow-clients-agent".into()),
+                timing: lifeboat_agent::hub::HubTiming {
+                    request_timeout: Duration::from_secs(2),
+                    ..Default::default()
+                },
+            }),
+        },
+        registry.clone(),
+    )
+    .await?;
+    let heartbeats = |result: &str| {
+        metric(
+            &registry,
+            "lifeboat_agent_hub_requests_total",
+            &[("call", "heartbeat"), ("result", result)],
+        )
+    };
+    let failed_heartbeats = || {
+        let all = registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "lifeboat_agent_hub_requests_total")
+            .flat_map(|f| f.get_metric().to_vec())
+            .filter(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "call" && l.value() == "heartbeat")
+            })
+            .map(|m| m.get_counter().get_value())
+            .sum::<f64>();
+        all - heartbeats("ok")
+    };
+    wait::until("the agent heartbeats", T, || async {
+        if heartbeats("ok") >= 2.0 {
+            Ok(())
+        } else {
+            Err(format!("{} heartbeats", heartbeats("ok")))
+        }
+    })
+    .await?;
+
+    eprintln!(
+        "the agent holds {} connection(s) to the agent API (work stream and pooled requests)",
+        hub.metric("lifeboat_hub_agent_connections", &[])
+    );
+    // More slow clients than one address may hold, from another loopback address.
+    let source: std::net::IpAddr = "127.0.0.2".parse()?;
+    let tls = Arc::new(client_tls);
+    let (ok_before, failed_before) = (heartbeats("ok"), failed_heartbeats());
+    let started = std::time::Instant::now();
+    let clients = futures::future::join_all(
+        (0..SLOW).map(|_| slow_client(source, address, tls.clone(), Duration::from_millis(200), T)),
+    )
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let window = started.elapsed();
+    let (ok_during, failed_during) = (
+        heartbeats("ok") - ok_before,
+        failed_heartbeats() - failed_before,
+    );
+    let admitted: Vec<&SlowClient> = clients.iter().filter(|c| c.admitted).collect();
+    check(
+        admitted.len() == PER_IP,
+        format!("{PER_IP} admitted from one address, the rest refused: {clients:?}"),
+    )?;
+    // Each admitted slow client is closed once the header timeout has passed, not before.
+    for client in &admitted {
+        let open_for = client
+            .open_for
+            .ok_or("an admitted slow client stayed open")?;
+        check(
+            open_for >= header_timeout && open_for < header_timeout + Duration::from_secs(5),
+            format!("closed {open_for:?} after its handshake (header timeout {header_timeout:?})"),
+        )?;
+    }
+    let dropped = |reason: &str| {
+        hub.metric(
+            "lifeboat_hub_agent_connections_dropped_total",
+            &[("reason", reason)],
+        )
+    };
+    check(
+        dropped("per_ip_limit") == (SLOW - PER_IP) as f64
+            && dropped("header_timeout") == PER_IP as f64,
+        format!(
+            "dropped: per_ip_limit {}, header_timeout {}",
+            dropped("per_ip_limit"),
+            dropped("header_timeout")
+        ),
+    )?;
+    // Meanwhile the agent's heartbeats (1 s apart) went through, none failed.
+    check(
+        failed_during == 0.0 && ok_during >= (window.as_secs_f64() - 2.0).floor().max(2.0),
+        format!("{ok_during} heartbeats went through and {failed_during} failed in {window:?}"),
+    )?;
+    // The places are free again: a new client from that address gets an answer.
+    let client = https_client((*tls).clone());
+    let response = client
+        .request(
+            http::Request::post(format!(
+                "https://localhost:{}{}",
+                address.port(),
+                protocol::register_path()
+            ))
+            .body(axum::body::Body::from("{}"))?,
+        )
+        .await?;
+    check(
+        response.status() == StatusCode::UNAUTHORIZED,
+        format!("{}", response.status()),
+    )?;
+    agent.stop().await?;
+    let _ = stop.send(());
+    tokio::time::timeout(T, server).await???;
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
 
