@@ -309,6 +309,36 @@ async fn registration_heartbeat_and_inventory(ctx: Arc<TestContext>) -> TestResu
         format!("field managers {managers:?}"),
     )?;
 
+    // API enablements are stored one string per group version (one line each in `kubectl
+    // describe`), and read back as the scheduler reads them.
+    let mut with_apis = inventory("8");
+    with_apis.api_enablements = vec![
+        "apps/v1: Deployment (deployments), StatefulSet (statefulsets)"
+            .parse()
+            .map_err(|e: String| e)?,
+    ];
+    let reply = hub.heartbeat(name, &token, Some(with_apis.clone())).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let raw: kube::api::DynamicObject = Api::all_with(
+        hub.client.clone(),
+        &kube::api::ApiResource::erase::<Cluster>(&()),
+    )
+    .get(name)
+    .await?;
+    check(
+        raw.data["status"]["apiEnablements"]
+            == json!(["apps/v1: Deployment (deployments), StatefulSet (statefulsets)"]),
+        format!("stored {}", raw.data["status"]["apiEnablements"]),
+    )?;
+    let stored = clusters(&hub).get(name).await?;
+    check(
+        stored.status.map(|s| s.api_enablements) == Some(with_apis.api_enablements),
+        "read back as group version and resources",
+    )?;
+    let reply = hub.heartbeat(name, &token, Some(inventory("8"))).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let cluster = clusters(&hub).get(name).await?;
+
     // The same inventory again: the lease is renewed, the Cluster is not written.
     let version = cluster.resource_version();
     let reply = hub.heartbeat(name, &token, Some(inventory("8"))).await;
@@ -331,7 +361,7 @@ async fn registration_heartbeat_and_inventory(ctx: Arc<TestContext>) -> TestResu
         hub.metric(
             "lifeboat_hub_agent_requests_total",
             &[("endpoint", "heartbeat"), ("code", "200")],
-        ) == 3.0
+        ) == 5.0
             && hub.metric(
                 "lifeboat_hub_agent_requests_total",
                 &[("endpoint", "register"), ("code", "200")],

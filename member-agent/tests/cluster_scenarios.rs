@@ -516,6 +516,16 @@ async fn cluster_deleted_on_the_hub(ctx: Arc<TestContext>) -> TestResult {
     }
     let target = placement(&moved).remove(0);
     support::until_ready(&s.in_member(&target).await?, "leaver").await?;
+    // `kubectl get rb -o wide` shows where it runs now (the status summary).
+    s.until_binding("leaver", "the summary names the new placement", T, |b| {
+        let summary = b.status.as_ref().and_then(|s| s.summary.clone());
+        match summary {
+            Some(summary) if summary.clusters == target && summary.failures.is_empty() => Ok(()),
+            other => Err(format!("summary {other:?}")),
+        }
+    })
+    .await?;
+
     // The agent stops: the hub's work leaves the member, the Cluster goes, and nobody
     // registers it again.
     wait::until(&format!("the copy in {deleted} removed"), T, || async {
