@@ -145,6 +145,18 @@ pub fn binding_name(template_name: &str, kind: &str) -> String {
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Clusters",
+        type_ = "string",
+        json_path = ".status.summary.clusters",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Failures",
+        type_ = "string",
+        json_path = ".status.summary.failures",
+        priority = 1
     )
 )]
 #[serde(rename_all = "camelCase")]
@@ -491,6 +503,23 @@ pub struct ResourceBindingStatus {
     )]
     #[schemars(schema_with = "aggregated_status_schema")]
     pub aggregated_status: Vec<AggregatedStatusItem>,
+    /// (Lifeboat) The placement and its failures on one line each, for `kubectl get rb -o
+    /// wide` (a printer column shows one value of an array, not the list).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<BindingSummary>,
+}
+
+/// What `kubectl get rb -o wide` shows of a binding's placement.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingSummary {
+    /// The clusters the binding is placed on (`spec.clusters`), comma-separated.
+    #[serde(default)]
+    pub clusters: String,
+    /// Each Unhealthy placement with its failure class, `cluster=Class`, comma-separated
+    /// (empty while none is Unhealthy).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub failures: String,
 }
 
 fn clusters_schema(g: &mut schemars::SchemaGenerator) -> schemars::Schema {

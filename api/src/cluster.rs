@@ -3,6 +3,7 @@
 //! agent reports (heartbeat lease, inventory) and is what the scheduler places work by.
 
 use std::collections::BTreeMap;
+use std::fmt;
 
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -184,18 +185,114 @@ pub struct AgentInfo {
 }
 
 /// The resources of one API group version installed in the member.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+///
+/// Written as one string, `GROUP/VERSION: Kind (plural), Kind (plural)` (e.g. `apps/v1:
+/// Deployment (deployments), StatefulSet (statefulsets)`), so `kubectl describe` shows one line
+/// per group version instead of two per resource; the object form Karmada uses
+/// (`{groupVersion, resources: [{name, kind}]}`) is still read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApiEnablement {
     /// GroupVersion is the group and version this APIResourceList is for.
     pub group_version: String,
     /// Resources is a list of APIResource.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        deserialize_with = "null_as_default"
-    )]
     pub resources: Vec<ApiResourceRef>,
+}
+
+impl fmt::Display for ApiEnablement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.group_version)?;
+        f.write_str(":")?;
+        for (i, r) in self.resources.iter().enumerate() {
+            let sep = if i == 0 { " " } else { ", " };
+            write!(f, "{sep}{} ({})", r.kind, r.name)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::str::FromStr for ApiEnablement {
+    type Err = String;
+
+    /// Parses the compact form ([`ApiEnablement`]'s `Display`); the error says what is wrong.
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (group_version, list) = text.split_once(':').ok_or_else(|| {
+            format!("{text:?} is not \"GROUP/VERSION: Kind (plural), ...\" (no ':')")
+        })?;
+        let group_version = group_version.trim();
+        if group_version.is_empty() || group_version.contains(char::is_whitespace) {
+            return Err(format!(
+                "{text:?}: {group_version:?} is not a group version"
+            ));
+        }
+        let mut resources = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let parsed = item
+                .strip_suffix(')')
+                .and_then(|rest| rest.split_once(" ("))
+                .map(|(kind, name)| (kind.trim(), name.trim()))
+                .filter(|(kind, name)| {
+                    !kind.is_empty()
+                        && !name.is_empty()
+                        && !kind.contains(char::is_whitespace)
+                        && !name.contains(char::is_whitespace)
+                });
+            let (kind, name) =
+                parsed.ok_or_else(|| format!("{text:?}: {item:?} is not \"Kind (plural)\""))?;
+            resources.push(ApiResourceRef {
+                name: name.to_string(),
+                kind: kind.to_string(),
+            });
+        }
+        Ok(ApiEnablement {
+            group_version: group_version.to_string(),
+            resources,
+        })
+    }
+}
+
+impl Serialize for ApiEnablement {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ApiEnablement {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// Karmada's object form, as older agents and stored Clusters have it.
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Object {
+            group_version: String,
+            #[serde(default, deserialize_with = "null_as_default")]
+            resources: Vec<ApiResourceRef>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Object(Object),
+        }
+        match Form::deserialize(deserializer)? {
+            Form::Text(text) => text.parse().map_err(serde::de::Error::custom),
+            Form::Object(o) => Ok(ApiEnablement {
+                group_version: o.group_version,
+                resources: o.resources,
+            }),
+        }
+    }
+}
+
+impl JsonSchema for ApiEnablement {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "ApiEnablement".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "description": "One API group version served by the member and its resources: \"GROUP/VERSION: Kind (plural), Kind (plural), ...\"."
+        })
+    }
 }
 
 /// One resource of an API group version.
@@ -323,5 +420,81 @@ mod tests {
         );
         assert_eq!(back["nodeGroups"][0]["count"], 3);
         assert_eq!(back["nodeHealth"]["notReadyNodes"][0], "n1");
+    }
+
+    fn apps() -> ApiEnablement {
+        ApiEnablement {
+            group_version: "apps/v1".into(),
+            resources: vec![
+                ApiResourceRef {
+                    name: "deployments".into(),
+                    kind: "Deployment".into(),
+                },
+                ApiResourceRef {
+                    name: "statefulsets".into(),
+                    kind: "StatefulSet".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn api_enablements_are_one_string_per_group_version() {
+        let status = ClusterStatus {
+            api_enablements: vec![
+                apps(),
+                ApiEnablement {
+                    group_version: "v1".into(),
+                    resources: vec![ApiResourceRef {
+                        name: "pods".into(),
+                        kind: "Pod".into(),
+                    }],
+                },
+                ApiEnablement {
+                    group_version: "example.com/v1".into(),
+                    resources: vec![],
+                },
+            ],
+            ..ClusterStatus::default()
+        };
+        let wire = serde_json::to_value(&status).unwrap();
+        assert_eq!(
+            wire["apiEnablements"],
+            json!([
+                "apps/v1: Deployment (deployments), StatefulSet (statefulsets)",
+                "v1: Pod (pods)",
+                "example.com/v1:"
+            ])
+        );
+        let back: ClusterStatus = serde_json::from_value(wire).unwrap();
+        assert_eq!(back.api_enablements, status.api_enablements);
+    }
+
+    #[test]
+    fn the_object_form_is_still_read() {
+        let status: ClusterStatus = serde_json::from_value(json!({"apiEnablements": [
+            {"groupVersion": "apps/v1", "resources": [
+                {"name": "deployments", "kind": "Deployment"},
+                {"name": "statefulsets", "kind": "StatefulSet"}]},
+            {"groupVersion": "v1", "resources": null}
+        ]}))
+        .unwrap();
+        assert_eq!(status.api_enablements[0], apps());
+        assert!(status.api_enablements[1].resources.is_empty());
+    }
+
+    #[test]
+    fn a_malformed_api_enablement_says_what_is_wrong() {
+        for (text, needle) in [
+            ("apps/v1 Deployment", "no ':'"),
+            (": Deployment (deployments)", "not a group version"),
+            ("apps/v1: Deployment", "is not \"Kind (plural)\""),
+            ("apps/v1: Deployment ()", "is not \"Kind (plural)\""),
+        ] {
+            let error = text.parse::<ApiEnablement>().unwrap_err();
+            assert!(error.contains(needle), "{text}: {error}");
+            let status = serde_json::from_value::<ClusterStatus>(json!({"apiEnablements": [text]}));
+            assert!(status.is_err(), "{text} was read");
+        }
     }
 }

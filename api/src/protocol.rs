@@ -115,6 +115,11 @@ pub struct HeartbeatRequest {
     /// holds another one (or none), so a dead agent's member can still be fenced by the hub.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fencing_credential: Option<FencingCredential>,
+    /// The agent's last heartbeat, after one was answered [`HeartbeatResponse::stop`]: it has
+    /// removed the hub's work from its cluster and stopped for good; the hub then lets the
+    /// deleted Cluster go.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stopped: bool,
 }
 
 /// A narrowly scoped credential for the member cluster's kube-apiserver, given to the hub so that
@@ -164,7 +169,8 @@ impl std::fmt::Debug for FencingCredential {
 #[serde(rename_all = "camelCase")]
 pub struct HeartbeatResponse {
     pub lease_duration_seconds: i32,
-    /// The Cluster was deleted on the hub: the agent must remove the hub's work and stop.
+    /// The Cluster is being deleted on the hub: the agent must remove the hub's work, stop and
+    /// say so in a last heartbeat with [`HeartbeatRequest::stopped`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub stop: bool,
     /// [`FencingCredential::digest`] of the fencing credential the hub holds for this cluster

@@ -18,7 +18,9 @@
 //! only that item of the `spec.taints` list-map). Each transition gets an Event on the Cluster and goes out on a
 //! broadcast channel for the failover code.
 //!
-//! [`judge`] is the pure decision; [`ClusterHealthMonitor::run`] is the IO around it.
+//! [`judge`] is the pure decision; [`ClusterHealthMonitor::run`] is the IO around it. The monitor
+//! also keeps the hub's finalizer on every Cluster and lets deleted ones go once their agent has
+//! stopped ([`crate::cluster_removal`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -42,9 +44,11 @@ use lifeboat_api::quantity::Quantity;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::agentapi::auth::CLUSTER_NAME_LABEL;
 use crate::agentapi::spawn_reflector;
+use crate::cluster_removal::ClusterRemoval;
 use crate::leadership::LeaderState;
 
 /// Field manager of the `Ready` condition and the unreachable taint.
@@ -182,6 +186,71 @@ fn plus(t: Timestamp, d: Duration) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
+/// What a cluster's Lease says about its agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTerms<'a> {
+    /// The last renewal, if the Lease was ever renewed.
+    pub renewed: Option<Timestamp>,
+    /// The Lease's duration (the default when it does not say).
+    pub duration: Duration,
+    /// The agent holding it ("unknown" when it does not say).
+    pub holder: &'a str,
+}
+
+impl<'a> LeaseTerms<'a> {
+    pub fn of(lease: Option<&'a Lease>, default_duration: Duration) -> LeaseTerms<'a> {
+        let spec = lease.and_then(|l| l.spec.as_ref());
+        LeaseTerms {
+            renewed: spec
+                .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
+                .map(|t| t.0),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .map(Duration::from_secs)
+                .unwrap_or(default_duration),
+            holder: spec
+                .and_then(|s| s.holder_identity.as_deref())
+                .unwrap_or("unknown"),
+        }
+    }
+
+    /// When the Lease runs out: a full duration after the last renewal, and never before a full
+    /// duration after `leading_since` (agents renew through the hub, so none could while no hub
+    /// led). `None`: never renewed.
+    pub fn expires(&self, leading_since: Timestamp) -> Option<Timestamp> {
+        self.renewed
+            .map(|renewed| plus(renewed.max(leading_since), self.duration))
+    }
+
+    /// When a registered agent whose Lease is gone counts as lost: one duration after the
+    /// Cluster's creation, or after `leading_since` when later.
+    pub fn lost_without_lease(&self, cluster: &Cluster, leading_since: Timestamp) -> Timestamp {
+        plus(
+            created_at(cluster, leading_since).max(leading_since),
+            self.duration,
+        )
+    }
+}
+
+/// When `cluster` was created (`otherwise` when it does not say).
+fn created_at(cluster: &Cluster, otherwise: Timestamp) -> Timestamp {
+    cluster
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| t.0)
+        .unwrap_or(otherwise)
+}
+
+/// Posts `event` on `cluster`. A failure is logged, not retried: the Event records, it decides
+/// nothing.
+pub(crate) async fn post_event(recorder: &Recorder, cluster: &Cluster, event: Event) {
+    if let Err(error) = recorder.publish(&event, &cluster.object_ref(&())).await {
+        tracing::warn!(%error, reason = %event.reason, "publishing an Event on the Cluster failed");
+    }
+}
+
 /// Judges `cluster` from its Lease at `now`. `leading_since`: when this hub started leading
 /// (no lease is considered expired before a full duration from then). `None`: too early to say.
 pub fn judge(
@@ -191,18 +260,9 @@ pub fn judge(
     leading_since: Timestamp,
     config: &ClusterHealthConfig,
 ) -> Option<Verdict> {
-    let spec = lease.and_then(|l| l.spec.as_ref());
-    let renewed = spec.and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()));
-    let duration = spec
-        .and_then(|s| s.lease_duration_seconds)
-        .and_then(|s| u64::try_from(s).ok())
-        .map(Duration::from_secs)
-        .unwrap_or(config.lease_duration);
-    let holder = spec
-        .and_then(|s| s.holder_identity.as_deref())
-        .unwrap_or("unknown");
-    if let Some(renewed) = renewed {
-        let expires = plus(renewed.0.max(leading_since), duration);
+    let terms = LeaseTerms::of(lease, config.lease_duration);
+    let (duration, holder) = (terms.duration, terms.holder);
+    if let (Some(renewed), Some(expires)) = (terms.renewed, terms.expires(leading_since)) {
         let member_api_silent_since = lease
             .and_then(|l| l.metadata.annotations.as_ref())
             .and_then(|a| a.get(ANNOTATION_MEMBER_API_UNREACHABLE_SINCE))
@@ -227,21 +287,15 @@ pub fn judge(
             Verdict {
                 health: ClusterHealth::Unreachable,
                 message: format!(
-                    "the agent ({holder}) last renewed the cluster's lease at {} and the lease \
-                     ({}s) expired at {expires}",
-                    renewed.0,
+                    "the agent ({holder}) last renewed the cluster's lease at {renewed} and the \
+                     lease ({}s) expired at {expires}",
                     duration.as_secs()
                 ),
                 expires: None,
             }
         });
     }
-    let created = cluster
-        .metadata
-        .creation_timestamp
-        .as_ref()
-        .map(|t| t.0)
-        .unwrap_or(leading_since);
+    let created = created_at(cluster, leading_since);
     let registered = cluster.status.as_ref().and_then(|s| s.agent.as_ref());
     match registered {
         None if now < plus(created, config.registration_grace) => None,
@@ -252,8 +306,7 @@ pub fn judge(
         }),
         Some(agent) => {
             // Registered, but the Lease is gone: give it one duration.
-            let since = created.max(leading_since);
-            (now >= plus(since, duration)).then(|| Verdict {
+            (now >= terms.lost_without_lease(cluster, leading_since)).then(|| Verdict {
                 health: ClusterHealth::Unreachable,
                 message: format!(
                     "the agent ({}) registered but the cluster has no lease",
@@ -542,6 +595,12 @@ impl ClusterHealthMonitor {
             Some(wake.clone()),
         );
         let _abort = AbortOnDrop(vec![cluster_task, lease_task]);
+        let mut removal = ClusterRemoval::new(
+            self.client.clone(),
+            self.config.namespace.clone(),
+            self.config.lease_duration,
+            self.recorder.clone(),
+        );
         let mut shutdown = std::pin::pin!(shutdown);
         let mut memory: HashMap<String, Remembered> = HashMap::new();
         let mut with_fleet_gauges: BTreeSet<String> = BTreeSet::new();
@@ -571,6 +630,11 @@ impl ClusterHealthMonitor {
             }
             if let Some(since) = leading_since {
                 let soonest = self.evaluate(&clusters, &leases, since, &mut memory).await;
+                let released = removal.pass(&clusters, &leases, since).await;
+                let soonest = match (soonest, released) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
                 self.export_fleet(&clusters, &mut with_fleet_gauges);
                 let period = Instant::now() + self.config.period;
                 next_wake = soonest
@@ -650,9 +714,13 @@ impl ClusterHealthMonitor {
             }) {
                 continue; // written; the cache has not caught up yet
             }
+            // Instrumented, not entered: an entered span must not live across an await.
             let span = tracing::info_span!("cluster_health", cluster = %name);
-            let _entered = span.enter();
-            match self.write(&cluster, &verdict, &shown, now).await {
+            let written = self
+                .write(&cluster, &verdict, &shown, now)
+                .instrument(span.clone())
+                .await;
+            match written {
                 Ok(()) => {
                     memory.insert(
                         name.clone(),
@@ -662,12 +730,14 @@ impl ClusterHealthMonitor {
                         },
                     );
                     if known != Some(verdict.health) {
-                        self.announce(&cluster, known, &verdict, now).await;
+                        self.announce(&cluster, known, &verdict, now)
+                            .instrument(span)
+                            .await;
                     }
                 }
-                Err(error) => {
+                Err(error) => span.in_scope(|| {
                     tracing::warn!(%error, health = ?verdict.health, "writing the cluster's health failed; retrying")
-                }
+                }),
             }
         }
         // Gauges and the snapshot follow the clusters that exist.
@@ -782,13 +852,7 @@ impl ClusterHealthMonitor {
             action: "MonitorLease".into(),
             secondary: None,
         };
-        if let Err(error) = self
-            .recorder
-            .publish(&event, &cluster.object_ref(&()))
-            .await
-        {
-            tracing::warn!(%error, "publishing the cluster health Event failed");
-        }
+        post_event(&self.recorder, cluster, event).await;
         let _ = self.transitions.send(ReadinessTransition {
             cluster: name,
             from,
@@ -821,18 +885,20 @@ impl Drop for AbortOnDrop {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use kube::api::ObjectMeta;
     use lifeboat_api::cluster::{AgentInfo, ClusterSpec, ClusterStatus};
 
-    fn at(second: i64) -> Timestamp {
+    /// `second` seconds after a fixed instant.
+    pub(crate) fn at(second: i64) -> Timestamp {
         Timestamp::from_second(1_780_000_000 + second).unwrap()
     }
 
-    fn cluster(created: i64, registered: bool) -> Cluster {
+    /// A Cluster created at `at(created)`, with an agent in its status when `registered`.
+    pub(crate) fn cluster(created: i64, registered: bool) -> Cluster {
         let mut c = Cluster::new("gpu-east", ClusterSpec::default());
         c.metadata.creation_timestamp = Some(Time(at(created)));
         if registered {

@@ -9,13 +9,15 @@
 //! between the agent API and the status processor is [`intake`].
 //!
 //! IO edges: [`agentapi`] (the agents' HTTPS API: registration, heartbeats, work streams,
-//! status reports) and [`clusters`] (cluster health from the agents' Leases). [`leadership`]
+//! status reports), [`clusters`] (cluster health from the agents' Leases) and
+//! [`cluster_removal`] (a deleted Cluster's agent stopped before the Cluster goes). [`leadership`]
 //! says whether this process acts. [`ledger`] is the append-only event timeline (sqlx: SQLite or
 //! PostgreSQL). [`hub`] runs it all as one process (the `lifeboat-hub` binary).
 
 pub mod admission;
 pub mod agentapi;
 pub mod binder;
+pub mod cluster_removal;
 pub mod clusters;
 pub mod detector;
 pub mod dispatch;

@@ -11,6 +11,7 @@ use clap::Parser;
 use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
 use lifeboat_hub::admission::{FailurePolicy, WebhookOptions};
 use lifeboat_hub::agentapi::AgentApiConfig;
+use lifeboat_hub::agentapi::server::ConnectionLimits;
 use lifeboat_hub::clusters::ClusterHealthConfig;
 use lifeboat_hub::hub::{self, AgentApiTls, HubOptions};
 use lifeboat_hub::ledger::DEFAULT_DATABASE_URL;
@@ -58,6 +59,27 @@ struct Args {
     /// Key of --agent-api-cert-file (PEM).
     #[arg(long, requires = "agent_api_cert_file")]
     agent_api_key_file: Option<PathBuf>,
+    /// Agent API connections open at once, from every client together; more are closed as
+    /// soon as they are accepted.
+    #[arg(long, default_value_t = ConnectionLimits::default().max_total)]
+    agent_api_max_connections: usize,
+    /// Agent API connections open at once from one IP address. Agents of many clusters may
+    /// come from one address (a NAT): each holds its work stream and one or two pooled request
+    /// connections, so the default leaves room for a few hundred clusters behind one address.
+    #[arg(long, default_value_t = ConnectionLimits::default().max_per_ip)]
+    agent_api_max_connections_per_ip: usize,
+    /// A client that has not completed its TLS handshake after this long is dropped (seconds).
+    #[arg(long, default_value_t = ConnectionLimits::default().tls_handshake_timeout.as_secs())]
+    agent_api_tls_handshake_timeout_seconds: u64,
+    /// A request's header must have arrived in full this long after the hub started waiting for
+    /// it, so it is also how long a kept-alive connection may sit idle between requests
+    /// (seconds).
+    #[arg(long, default_value_t = ConnectionLimits::default().header_read_timeout.as_secs())]
+    agent_api_header_read_timeout_seconds: u64,
+    /// A connection on which no byte moves either way for this long is closed (seconds); more
+    /// than the work stream's bookmark interval (15 s), which keeps a live stream moving.
+    #[arg(long, default_value_t = ConnectionLimits::default().idle_timeout.as_secs())]
+    agent_api_idle_timeout_seconds: u64,
     /// A cluster whose agent has not renewed its Lease for this long is NotReady (seconds).
     #[arg(long, default_value_t = 40)]
     cluster_lease_seconds: u64,
@@ -165,6 +187,7 @@ impl Args {
             self.fencing_period_seconds > 0 && self.fencing_period_seconds <= i32::MAX as u64,
             "--fencing-period-seconds: must be greater than 0"
         );
+        let connections = self.connection_limits()?;
         let lease_duration = Duration::from_secs(self.cluster_lease_seconds);
         let leader_election = self
             .leader_election
@@ -205,6 +228,7 @@ impl Args {
                 lease_duration,
                 heartbeat_interval: Duration::from_secs(self.heartbeat_seconds),
                 fencing_period: Duration::from_secs(self.fencing_period_seconds),
+                connections,
                 ..AgentApiConfig::default()
             },
             cluster_health: ClusterHealthConfig {
@@ -220,6 +244,49 @@ impl Args {
             database_url: self.database_url.clone(),
             recovery_timeout: Duration::from_secs(self.recovery_timeout_seconds),
             webhook,
+        })
+    }
+}
+
+impl Args {
+    fn connection_limits(&self) -> anyhow::Result<ConnectionLimits> {
+        anyhow::ensure!(
+            self.agent_api_max_connections > 0,
+            "--agent-api-max-connections: must be greater than 0"
+        );
+        anyhow::ensure!(
+            self.agent_api_max_connections_per_ip > 0
+                && self.agent_api_max_connections_per_ip <= self.agent_api_max_connections,
+            "--agent-api-max-connections-per-ip: must be greater than 0 and at most \
+             --agent-api-max-connections ({})",
+            self.agent_api_max_connections
+        );
+        for (flag, seconds) in [
+            (
+                "--agent-api-tls-handshake-timeout-seconds",
+                self.agent_api_tls_handshake_timeout_seconds,
+            ),
+            (
+                "--agent-api-header-read-timeout-seconds",
+                self.agent_api_header_read_timeout_seconds,
+            ),
+        ] {
+            anyhow::ensure!(seconds > 0, "{flag}: must be greater than 0");
+        }
+        let bookmarks = AgentApiConfig::default().bookmark_interval.as_secs();
+        anyhow::ensure!(
+            self.agent_api_idle_timeout_seconds > bookmarks,
+            "--agent-api-idle-timeout-seconds: must be more than the work stream's bookmark \
+             interval ({bookmarks} s), or idle work streams are cut"
+        );
+        Ok(ConnectionLimits {
+            max_total: self.agent_api_max_connections,
+            max_per_ip: self.agent_api_max_connections_per_ip,
+            tls_handshake_timeout: Duration::from_secs(
+                self.agent_api_tls_handshake_timeout_seconds,
+            ),
+            header_read_timeout: Duration::from_secs(self.agent_api_header_read_timeout_seconds),
+            idle_timeout: Duration::from_secs(self.agent_api_idle_timeout_seconds),
         })
     }
 }
@@ -263,6 +330,26 @@ mod tests {
             matches!(o.agent_api_tls, AgentApiTls::CaSecret { ref secret, .. } if secret == "lifeboat-hub-ca")
         );
         assert_eq!(o.agent_api.lease_duration, Duration::from_secs(40));
+        assert_eq!(o.agent_api.connections, ConnectionLimits::default());
+        let tuned = options(&[
+            "--agent-api-max-connections-per-ip",
+            "8",
+            "--agent-api-header-read-timeout-seconds",
+            "5",
+            "--agent-api-idle-timeout-seconds",
+            "120",
+        ])
+        .unwrap()
+        .agent_api
+        .connections;
+        assert_eq!(
+            (
+                tuned.max_per_ip,
+                tuned.header_read_timeout,
+                tuned.idle_timeout
+            ),
+            (8, Duration::from_secs(5), Duration::from_secs(120))
+        );
         assert_eq!(o.database_url, "sqlite://lifeboat-ledger.db");
         assert_eq!(
             options(&["--database-url", "postgres://u:p@db/ledger"])
@@ -290,6 +377,32 @@ mod tests {
             options(&["--agent-api-cert-file", "/x"]).is_err(),
             "needs the key too"
         );
+        for (flags, named) in [
+            (
+                &["--agent-api-max-connections-per-ip", "0"][..],
+                "--agent-api-max-connections-per-ip",
+            ),
+            (
+                &[
+                    "--agent-api-max-connections",
+                    "10",
+                    "--agent-api-max-connections-per-ip",
+                    "11",
+                ][..],
+                "--agent-api-max-connections-per-ip",
+            ),
+            (
+                &["--agent-api-header-read-timeout-seconds", "0"][..],
+                "--agent-api-header-read-timeout-seconds",
+            ),
+            (
+                &["--agent-api-idle-timeout-seconds", "15"][..],
+                "--agent-api-idle-timeout-seconds",
+            ),
+        ] {
+            let e = options(flags).unwrap_err().to_string();
+            assert!(e.contains(named), "{flags:?}: {e}");
+        }
         let files =
             options(&["--agent-api-cert-file", "/c", "--agent-api-key-file", "/k"]).unwrap();
         assert!(matches!(files.agent_api_tls, AgentApiTls::Files(_)));

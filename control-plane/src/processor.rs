@@ -1685,12 +1685,14 @@ pub fn status_patch(
                 && p.observed_generation == c.observed_generation
         })
     });
-    let changed = !same_as_written(current_items, &items) || !same_conditions;
+    let summary = status::summary(&binding.spec.clusters, &items);
+    let same_summary = binding.status.as_ref().and_then(|s| s.summary.as_ref()) == Some(&summary);
+    let changed = !same_as_written(current_items, &items) || !same_conditions || !same_summary;
     let patch = serde_json::json!({
         "apiVersion": "work.lifeboat.dev/v1alpha1",
         "kind": "ResourceBinding",
         "metadata": {"name": binding.metadata.name, "namespace": binding.metadata.namespace},
-        "status": {"aggregatedStatus": items, "conditions": conditions},
+        "status": {"aggregatedStatus": items, "conditions": conditions, "summary": summary},
     });
     (patch, changed)
 }

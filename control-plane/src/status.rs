@@ -1,6 +1,6 @@
 //! Pure status aggregation: one agent report of one work, interpreted (health, reflected status),
 //! becomes the binding's `aggregatedStatus` item for that cluster; the items and the placement
-//! give the binding's `FullyApplied` and `Healthy` conditions.
+//! give the binding's `FullyApplied` and `Healthy` conditions and its one-line [`summary`].
 //!
 //! The failover timers live in the item, so a hub restart neither resets nor skips them:
 //! `unhealthySince` is set by the first Unhealthy report and cleared only by a Healthy one; an
@@ -10,8 +10,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use lifeboat_api::binding::{
-    AggregatedStatusItem, CONDITION_FULLY_APPLIED, CONDITION_HEALTHY, GoneConfirmedBy,
-    ResourceHealth, TargetCluster,
+    AggregatedStatusItem, BindingSummary, CONDITION_FULLY_APPLIED, CONDITION_HEALTHY,
+    GoneConfirmedBy, ResourceHealth, TargetCluster,
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::protocol::WorkStatus;
@@ -252,6 +252,29 @@ fn truncate(text: &str) -> String {
     format!("{}…", &text[..end])
 }
 
+/// The binding's one-line summary: the placement, and the failure class of each Unhealthy
+/// placement (`cluster=Class`; `Unknown` when the interpreter gave none).
+pub fn summary(clusters: &[TargetCluster], items: &[AggregatedStatusItem]) -> BindingSummary {
+    let placed: Vec<&str> = clusters.iter().map(|c| c.name.as_str()).collect();
+    let failures: Vec<String> = items
+        .iter()
+        .filter(|i| {
+            i.health == ResourceHealth::Unhealthy && placed.contains(&i.cluster_name.as_str())
+        })
+        .map(|i| {
+            format!(
+                "{}={}",
+                i.cluster_name,
+                i.failure_class.unwrap_or(FailureClass::Unknown)
+            )
+        })
+        .collect();
+    BindingSummary {
+        clusters: placed.join(","),
+        failures: failures.join(","),
+    }
+}
+
 /// The binding's `FullyApplied` and `Healthy` conditions from its placement and items.
 /// `generation` is the binding's; `now` stamps a condition whose status changed (a condition
 /// whose status stays keeps its transition time, per Kubernetes conventions).
@@ -418,6 +441,44 @@ mod tests {
             fenced: false,
             gone: false,
         }
+    }
+
+    #[test]
+    fn the_summary_lists_the_placement_and_its_failures() {
+        let placed = |names: &[&str]| -> Vec<TargetCluster> {
+            names
+                .iter()
+                .map(|n| TargetCluster {
+                    name: n.to_string(),
+                    replicas: 0,
+                })
+                .collect()
+        };
+        let item = |cluster: &str, health, class| AggregatedStatusItem {
+            cluster_name: cluster.into(),
+            health,
+            failure_class: class,
+            ..Default::default()
+        };
+        let items = [
+            item(
+                "a",
+                ResourceHealth::Unhealthy,
+                Some(FailureClass::Infrastructure),
+            ),
+            item("b", ResourceHealth::Healthy, None),
+            item("c", ResourceHealth::Unhealthy, None),
+            // an old copy still reporting (Gracefully): not in the placement
+            item("d", ResourceHealth::Unhealthy, Some(FailureClass::Capacity)),
+        ];
+        assert_eq!(
+            summary(&placed(&["a", "b", "c"]), &items),
+            BindingSummary {
+                clusters: "a,b,c".into(),
+                failures: "a=Infrastructure,c=Unknown".into(),
+            }
+        );
+        assert_eq!(summary(&placed(&[]), &items), BindingSummary::default());
     }
 
     fn judged(health: ResourceHealth, class: Option<FailureClass>) -> HealthVerdict {

@@ -15,13 +15,13 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use lifeboat_api::cluster::{
     Cluster, ClusterSpec, NodeSummary, Quantity, ResourceSummary, TAINT_UNREACHABLE,
 };
 use lifeboat_api::protocol::{
-    self, HeartbeatResponse, Inventory, LEADER_HEADER, MAX_STATUS_ITEMS, StatusReport,
-    StatusResponse, WorkEvent,
+    self, HeartbeatResponse, Inventory, LEADER_HEADER, MAX_STATUS_ITEMS, RegisterRequest,
+    StatusReport, StatusResponse, WorkEvent,
 };
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::wait;
@@ -29,6 +29,7 @@ use lifeboat_hub::agentapi::auth::{
     CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, TokenHash,
     credential_secret_name,
 };
+use lifeboat_hub::cluster_removal::{EVENT_REMOVED, FINALIZER};
 use lifeboat_hub::clusters::{
     ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor, lease_name,
 };
@@ -55,8 +56,20 @@ fn main() -> ExitCode {
             E2eTest::new("forged_token_is_401", forged_token_is_401),
             E2eTest::new("revoked_token_is_401", revoked_token_is_401),
             E2eTest::new(
-                "re_registration_rotates_the_token",
-                re_registration_rotates_the_token,
+                "re_registration_with_the_current_credential_rotates_it",
+                re_registration_with_the_current_credential_rotates_it,
+            ),
+            E2eTest::new(
+                "unbound_token_cannot_take_over_a_registered_cluster_403",
+                unbound_token_cannot_take_over_a_registered_cluster,
+            ),
+            E2eTest::new(
+                "unbound_token_registers_a_new_cluster",
+                unbound_token_registers_a_new_cluster,
+            ),
+            E2eTest::new(
+                "bound_token_re_registers_a_registered_cluster",
+                bound_token_re_registers_a_registered_cluster,
             ),
             E2eTest::new(
                 "expired_bootstrap_token_is_401",
@@ -85,8 +98,16 @@ fn main() -> ExitCode {
                 invalid_registration_is_400,
             ),
             E2eTest::new(
-                "deleted_cluster_stops_its_agent_then_401",
+                "deleted_cluster_is_held_until_its_agent_stopped_then_401",
                 deleted_cluster_stops_its_agent,
+            ),
+            E2eTest::new(
+                "deleted_cluster_of_a_silent_agent_goes_with_its_lease_and_its_bound_tokens",
+                deleted_cluster_of_a_silent_agent_goes_with_its_lease,
+            ),
+            E2eTest::new(
+                "deleted_cluster_nobody_registered_goes_at_once",
+                deleted_cluster_nobody_registered_goes_at_once,
             ),
             E2eTest::new(
                 "replayed_status_batch_changes_nothing",
@@ -101,6 +122,10 @@ fn main() -> ExitCode {
                 gone_reports_only_for_awaited_purges,
             ),
             E2eTest::new("https_end_to_end", https_end_to_end),
+            E2eTest::new(
+                "slow_clients_are_closed_and_refused_while_an_agent_heartbeats",
+                slow_clients_are_closed_and_refused_while_an_agent_heartbeats,
+            ),
             E2eTest::new(
                 "cluster_goes_unknown_and_tainted_when_its_agent_stops",
                 cluster_health_follows_the_lease,
@@ -284,6 +309,36 @@ async fn registration_heartbeat_and_inventory(ctx: Arc<TestContext>) -> TestResu
         format!("field managers {managers:?}"),
     )?;
 
+    // API enablements are stored one string per group version (one line each in `kubectl
+    // describe`), and read back as the scheduler reads them.
+    let mut with_apis = inventory("8");
+    with_apis.api_enablements = vec![
+        "apps/v1: Deployment (deployments), StatefulSet (statefulsets)"
+            .parse()
+            .map_err(|e: String| e)?,
+    ];
+    let reply = hub.heartbeat(name, &token, Some(with_apis.clone())).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let raw: kube::api::DynamicObject = Api::all_with(
+        hub.client.clone(),
+        &kube::api::ApiResource::erase::<Cluster>(&()),
+    )
+    .get(name)
+    .await?;
+    check(
+        raw.data["status"]["apiEnablements"]
+            == json!(["apps/v1: Deployment (deployments), StatefulSet (statefulsets)"]),
+        format!("stored {}", raw.data["status"]["apiEnablements"]),
+    )?;
+    let stored = clusters(&hub).get(name).await?;
+    check(
+        stored.status.map(|s| s.api_enablements) == Some(with_apis.api_enablements),
+        "read back as group version and resources",
+    )?;
+    let reply = hub.heartbeat(name, &token, Some(inventory("8"))).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let cluster = clusters(&hub).get(name).await?;
+
     // The same inventory again: the lease is renewed, the Cluster is not written.
     let version = cluster.resource_version();
     let reply = hub.heartbeat(name, &token, Some(inventory("8"))).await;
@@ -306,7 +361,7 @@ async fn registration_heartbeat_and_inventory(ctx: Arc<TestContext>) -> TestResu
         hub.metric(
             "lifeboat_hub_agent_requests_total",
             &[("endpoint", "heartbeat"), ("code", "200")],
-        ) == 3.0
+        ) == 5.0
             && hub.metric(
                 "lifeboat_hub_agent_requests_total",
                 &[("endpoint", "register"), ("code", "200")],
@@ -413,13 +468,19 @@ async fn revoked_token_is_401(ctx: Arc<TestContext>) -> TestResult {
     check(end.is_none(), format!("the open stream ended, got {end:?}"))
 }
 
-async fn re_registration_rotates_the_token(ctx: Arc<TestContext>) -> TestResult {
+async fn re_registration_with_the_current_credential_rotates_it(
+    ctx: Arc<TestContext>,
+) -> TestResult {
     let hub = hub(&ctx).await?;
     let name = "rotated-1";
     let old = hub.register(name).await?;
     let (_, mut stream) = open_work(&hub.app, name, &old, None).await?;
     stream.until_synced().await?;
-    let new = hub.register(name).await?;
+    // The agent re-registers itself: its current credential is the bearer.
+    let reply = hub.register_as(Some(&old), &register_request(name)).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let new: protocol::RegisterResponse = serde_json::from_value(reply.body)?;
+    let new = new.token;
     let end = stream.next(T).await?;
     check(
         end.is_none(),
@@ -433,6 +494,129 @@ async fn re_registration_rotates_the_token(ctx: Arc<TestContext>) -> TestResult 
     check(
         hub.heartbeat(name, &new, None).await.status == StatusCode::OK,
         "the new token works",
+    )?;
+    // The rotated-away credential registers nothing any more.
+    hub.register_as(Some(&old), &register_request(name))
+        .await
+        .refused(401, "Unauthorized", "not known")?;
+    one_lease_one_credential(&hub, name).await
+}
+
+/// The stored digest of `name`'s credential.
+async fn stored_digest(hub: &Hub, name: &str) -> Result<Option<String>, harness::TestError> {
+    Ok(secrets(hub)
+        .get_opt(&credential_secret_name(name))
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(CREDENTIAL_HASH_KEY).cloned())
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned()))
+}
+
+async fn unbound_token_cannot_take_over_a_registered_cluster(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "takeover-1";
+    let token = hub.register(name).await?;
+    let digest = stored_digest(&hub, name).await?;
+    // Another agent with the same unbound bootstrap token names the registered cluster.
+    let intruder = RegisterRequest {
+        identity: "intruder".into(),
+        ..register_request(name)
+    };
+    hub.register_as(Some(&hub.bootstrap), &intruder)
+        .await
+        .refused(403, "Forbidden", "cluster takeover-1 is already registered")?;
+    // Nothing changed: the real credential still works, the agent is still the real one.
+    check(
+        stored_digest(&hub, name).await? == digest,
+        "the stored credential is unchanged",
+    )?;
+    check(
+        hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
+        "the real credential still works",
+    )?;
+    let agent = clusters(&hub)
+        .get(name)
+        .await?
+        .status
+        .and_then(|s| s.agent)
+        .map(|a| a.identity);
+    check(
+        agent.as_deref() == Some("agent-takeover-1"),
+        format!("the Cluster's agent: {agent:?}"),
+    )?;
+    // Another cluster's credential registers nothing either.
+    let other = hub.register("takeover-2").await?;
+    hub.register_as(Some(&other), &register_request(name))
+        .await
+        .refused(
+            403,
+            "Forbidden",
+            "the credential of cluster takeover-2 cannot register cluster takeover-1",
+        )?;
+    one_lease_one_credential(&hub, name).await
+}
+
+async fn unbound_token_registers_a_new_cluster(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "newcomer-1";
+    nothing_created(&hub, name).await?;
+    let reply = hub
+        .register_as(Some(&hub.bootstrap), &register_request(name))
+        .await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    let token: protocol::RegisterResponse = serde_json::from_value(reply.body)?;
+    check(
+        hub.heartbeat(name, &token.token, None).await.status == StatusCode::OK,
+        "the new cluster's credential works",
+    )?;
+    // A Cluster an operator created, that no agent registered yet, is new too.
+    let precreated = "newcomer-2";
+    clusters(&hub)
+        .create(
+            &PostParams::default(),
+            &Cluster::new(precreated, ClusterSpec::default()),
+        )
+        .await?;
+    let reply = hub
+        .register_as(Some(&hub.bootstrap), &register_request(precreated))
+        .await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    one_lease_one_credential(&hub, name).await
+}
+
+async fn bound_token_re_registers_a_registered_cluster(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "rebound-1";
+    let old = hub.register(name).await?;
+    // The operator mints a token bound to the name (what `lifeboatctl join` does), e.g. for an
+    // agent that lost its credential Secret.
+    let bound = format!("{}-rebound-0123456789abcdef0123456789", hub.namespace);
+    bootstrap_token(
+        &hub.client,
+        &hub.namespace,
+        "join-rebound-1",
+        &bound,
+        None,
+        Some(name),
+    )
+    .await?;
+    let reply = wait::until("the bound token registers", T, || async {
+        let reply = hub.register_as(Some(&bound), &register_request(name)).await;
+        // Until the watch delivers the Secret, the token is merely unknown.
+        if reply.status == StatusCode::OK {
+            Ok(reply)
+        } else {
+            Err(format!("{} {}", reply.status, reply.body))
+        }
+    })
+    .await?;
+    let new: protocol::RegisterResponse = serde_json::from_value(reply.body)?;
+    hub.heartbeat(name, &old, None)
+        .await
+        .refused(401, "Unauthorized", "unknown or revoked")?;
+    check(
+        hub.heartbeat(name, &new.token, None).await.status == StatusCode::OK,
+        "the new credential works",
     )?;
     one_lease_one_credential(&hub, name).await
 }
@@ -835,22 +1019,64 @@ async fn invalid_registration_is_400(ctx: Arc<TestContext>) -> TestResult {
     Ok(())
 }
 
+/// The hub's finalizer is on `name` (the monitor or the registration put it there).
+async fn until_held(hub: &Hub, name: &str) -> TestResult {
+    wait::until(&format!("the hub's finalizer on {name}"), T, || async {
+        let cluster = clusters(hub).get(name).await.map_err(|e| e.to_string())?;
+        if cluster.finalizers().iter().any(|f| f == FINALIZER) {
+            Ok(())
+        } else {
+            Err(format!("finalizers {:?}", cluster.finalizers()))
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+async fn until_gone(hub: &Hub, name: &str) -> TestResult {
+    wait::until(&format!("Cluster {name} gone"), T, || async {
+        match clusters(hub).get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(c)) => Err(format!(
+                "still there, deleting since {:?}, finalizers {:?}",
+                c.metadata
+                    .deletion_timestamp
+                    .as_ref()
+                    .map(|t| t.0.to_string()),
+                c.finalizers()
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// A heartbeat of `name`'s agent saying it stopped (after the hub told it to).
+async fn stopped_heartbeat(hub: &Hub, name: &str, token: &str) -> Reply {
+    let body = json!({"identity": format!("agent-{name}"), "stopped": true});
+    hub.call(
+        "POST",
+        &protocol::heartbeat_path(name),
+        Some(token),
+        Some(body.to_string().into_bytes()),
+    )
+    .await
+}
+
 async fn deleted_cluster_stops_its_agent(ctx: Arc<TestContext>) -> TestResult {
     let hub = hub(&ctx).await?;
     let name = "deleted-1";
+    // An operator's Cluster; the monitor (leading) puts the hub's finalizer on it.
+    labelled_cluster(&hub, name).await?;
+    let (_transitions, _registry, _stop) =
+        monitor(&hub, Duration::from_secs(30), Duration::from_secs(5)).await?;
+    until_held(&hub, name).await?;
     let token = hub.register(name).await?;
-    // Hold the deletion with a finalizer, as the hub's cleanup would.
-    clusters(&hub)
-        .patch(
-            name,
-            &PatchParams::apply("e2e-test"),
-            &Patch::Apply(json!({
-                "apiVersion": "cluster.lifeboat.dev/v1alpha1",
-                "kind": "Cluster",
-                "metadata": {"name": name, "finalizers": ["e2e.lifeboat.dev/hold"]},
-            })),
-        )
-        .await?;
+    check(
+        hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
+        "heartbeat before the deletion",
+    )?;
     clusters(&hub)
         .delete(name, &DeleteParams::default())
         .await?;
@@ -873,16 +1099,27 @@ async fn deleted_cluster_stops_its_agent(ctx: Arc<TestContext>) -> TestResult {
     hub.register_as(Some(&hub.bootstrap), &register_request(name))
         .await
         .refused(409, "Conflict", "being deleted")?;
-    // Deletion completes: the token no longer works (the credential Secret is owned by the
+    // Until the agent says it stopped (or its 30 s lease runs out), the Cluster stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let held = clusters(&hub).get_opt(name).await?;
+    check(
+        held.as_ref()
+            .is_some_and(|c| c.metadata.deletion_timestamp.is_some()),
+        format!(
+            "held for the agent: {:?}",
+            held.map(|c| c.finalizers().to_vec())
+        ),
+    )?;
+    // The agent removed the hub's work and says it stopped: the Cluster goes.
+    let reply = stopped_heartbeat(&hub, name, &token).await;
+    check(reply.status == StatusCode::OK, format!("{reply:?}"))?;
+    until_gone(&hub, name).await?;
+    check(
+        events_of(&hub, name, EVENT_REMOVED).await? >= 1,
+        "a ClusterRemoved Event",
+    )?;
+    // Deletion completed: the token no longer works (the credential Secret is owned by the
     // Cluster, so the garbage collector removes it too; when is up to its discovery resync).
-    let uid = clusters(&hub).get(name).await?.metadata.uid;
-    clusters(&hub)
-        .patch(
-            name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
-        )
-        .await?;
     wait::until("the token refused", T, || async {
         let reply = hub.heartbeat(name, &token, None).await;
         reply
@@ -890,16 +1127,86 @@ async fn deleted_cluster_stops_its_agent(ctx: Arc<TestContext>) -> TestResult {
             .map_err(|e| e.to_string())
     })
     .await?;
-    if let Some(secret) = secrets(&hub).get_opt(&credential_secret_name(name)).await? {
-        check(
-            secret
-                .owner_references()
-                .iter()
-                .any(|o| o.kind == "Cluster" && Some(&o.uid) == uid.as_ref()),
-            "a remaining credential is owned by the deleted Cluster (garbage)",
-        )?;
-    }
     Ok(())
+}
+
+async fn deleted_cluster_of_a_silent_agent_goes_with_its_lease(
+    ctx: Arc<TestContext>,
+) -> TestResult {
+    let lease = Duration::from_secs(4);
+    let hub = Hub::start(ctx.client(HUB).await?, &ctx.namespace, "e1", |c| {
+        c.lease_duration = lease;
+    })
+    .await?;
+    let name = "deleted-silent-1";
+    labelled_cluster(&hub, name).await?;
+    let (_transitions, _registry, _stop) = monitor(&hub, lease, Duration::from_secs(5)).await?;
+    until_held(&hub, name).await?;
+    // A token bound to the name (an earlier `lifeboatctl join`) and an unbound one.
+    let bound = format!("{}-bound-silent-0123456789abcdef0123456789", hub.namespace);
+    bootstrap_token(
+        &hub.client,
+        &hub.namespace,
+        "join-deleted-silent-1",
+        &bound,
+        None,
+        Some(name),
+    )
+    .await?;
+    let token = hub.register(name).await?;
+    check(
+        hub.heartbeat(name, &token, None).await.status == StatusCode::OK,
+        "heartbeat",
+    )?;
+    let deleting = std::time::Instant::now();
+    clusters(&hub)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    // The agent never confirms: the Cluster goes once its lease has run out, not before.
+    until_gone(&hub, name).await?;
+    check(
+        deleting.elapsed() >= lease - Duration::from_secs(1),
+        format!(
+            "gone after {:?}, before the {lease:?} lease ran out",
+            deleting.elapsed()
+        ),
+    )?;
+    // The token bound to the deleted name is revoked; the unbound one stays.
+    let tokens = secrets(&hub);
+    check(
+        tokens.get_opt("join-deleted-silent-1").await?.is_none(),
+        "the bound bootstrap token is revoked",
+    )?;
+    check(
+        tokens.get_opt("bootstrap-any").await?.is_some(),
+        "the unbound bootstrap token stays",
+    )?;
+    check(
+        events_of(&hub, name, EVENT_REMOVED).await? >= 1,
+        "a ClusterRemoved Event",
+    )?;
+    Ok(())
+}
+
+async fn deleted_cluster_nobody_registered_goes_at_once(ctx: Arc<TestContext>) -> TestResult {
+    let hub = hub(&ctx).await?;
+    let name = "deleted-unregistered-1";
+    labelled_cluster(&hub, name).await?;
+    let (_transitions, _registry, _stop) =
+        monitor(&hub, Duration::from_secs(30), Duration::from_secs(5)).await?;
+    until_held(&hub, name).await?;
+    let deleting = std::time::Instant::now();
+    clusters(&hub)
+        .delete(name, &DeleteParams::default())
+        .await?;
+    until_gone(&hub, name).await?;
+    check(
+        deleting.elapsed() < Duration::from_secs(30),
+        format!(
+            "gone after {:?}, without waiting for a lease",
+            deleting.elapsed()
+        ),
+    )
 }
 
 async fn replayed_status_batch_changes_nothing(ctx: Arc<TestContext>) -> TestResult {
@@ -1273,6 +1580,255 @@ async fn https_end_to_end(ctx: Arc<TestContext>) -> TestResult {
     Ok(())
 }
 
+/// One slow client: what happened to it.
+#[derive(Debug)]
+struct SlowClient {
+    /// The TLS handshake completed (the hub admitted the connection).
+    admitted: bool,
+    /// From the end of the handshake until the hub closed the connection.
+    open_for: Option<Duration>,
+}
+
+/// A client from `source` that completes its TLS handshake, then sends a request header one
+/// byte every `every` and never finishes it; it reads until the hub closes the connection (at
+/// most `limit`).
+async fn slow_client(
+    source: std::net::IpAddr,
+    hub: std::net::SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    every: Duration,
+    limit: Duration,
+) -> Result<SlowClient, harness::TestError> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(std::net::SocketAddr::new(source, 0))?;
+    let tcp = socket.connect(hub).await?;
+    let connector = tokio_rustls::TlsConnector::from(tls);
+    let name = rustls::pki_types::ServerName::try_from("localhost")?;
+    let stream = match tokio::time::timeout(T, connector.connect(name, tcp)).await? {
+        Ok(stream) => stream,
+        // Refused: the hub closed the connection before any handshake.
+        Err(_) => {
+            return Ok(SlowClient {
+                admitted: false,
+                open_for: None,
+            });
+        }
+    };
+    let handshaken = std::time::Instant::now();
+    let (mut reader, mut writer) = tokio::io::split(stream);
+    let trickle = async move {
+        let header = format!(
+            "POST {} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n",
+            protocol::register_path()
+        );
+        for byte in header.bytes().cycle() {
+            if writer.write_all(&[byte]).await.is_err() || writer.flush().await.is_err() {
+                break;
+            }
+            tokio::time::sleep(every).await;
+        }
+        std::future::pending::<()>().await;
+    };
+    let closed = async move {
+        let mut buffer = [0u8; 1024];
+        // Anything the hub sends before it closes (it sends no answer to half a header) is
+        // read; the end of the stream or an error is the close.
+        while let Ok(n) = reader.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+        }
+        handshaken.elapsed()
+    };
+    let open_for = tokio::select! {
+        elapsed = closed => Some(elapsed),
+        () = trickle => None,
+        () = tokio::time::sleep(limit) => None,
+    };
+    Ok(SlowClient {
+        admitted: true,
+        open_for,
+    })
+}
+
+async fn slow_clients_are_closed_and_refused_while_an_agent_heartbeats(
+    ctx: Arc<TestContext>,
+) -> TestResult {
+    use lifeboat_hub::agentapi::server::ConnectionLimits;
+    const PER_IP: usize = 8;
+    const SLOW: usize = 10;
+    let header_timeout = Duration::from_secs(3);
+    let hub = Hub::start(ctx.client(HUB).await?, &ctx.namespace, "e1", |config| {
+        config.heartbeat_interval = Duration::from_secs(1);
+        config.connections = ConnectionLimits {
+            max_total: 64,
+            max_per_ip: PER_IP,
+            tls_handshake_timeout: Duration::from_secs(5),
+            header_read_timeout: header_timeout,
+            idle_timeout: Duration::from_secs(30),
+        };
+    })
+    .await?;
+    let pki_dir = ctx.fleet.state_dir().join("agent-api-slow-pki");
+    let (server_tls, client_tls) = tls_pair(&pki_dir)?;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hub.api.clone().serve(listener, server_tls, async {
+        let _ = stopped.await;
+    }));
+
+    // A real agent in hub mode (on the fleet's member, from 127.0.0.1).
+    let dir = ctx.fleet.state_dir().join("agent-api-slow-agent");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(dir.join("bootstrap-token"), &hub.bootstrap)?;
+    let member = ctx.first_member();
+    let credential_namespace = ctx.namespace(&member).await?;
+    let cluster = "slow-clients-agent-1";
+    let registry = prometheus::Registry::new();
+    let agent = lifeboat_agent::agent::spawn(
+        lifeboat_agent::agent::AgentOptions {
+            kubeconfig: Some(ctx.fleet.kubeconfig(&member)?),
+            config: Default::default(),
+            cluster: cluster.into(),
+            metrics_bind: None,
+            concurrency: 2,
+            install_crd: true,
+            webhook: None,
+            leader_election: None,
+            hub: Some(lifeboat_agent::hub::HubOptions {
+                urls: vec![format!("https://localhost:{}", address.port())],
+                ca_file: Some(pki_dir.join("ca.crt")),
+                bootstrap_token_file: dir.join("bootstrap-token"),
+                fencing_period: Duration::from_secs(60),
+                provider: None,
+                region: None,
+                zone: None,
+                credential_secret: lifeboat_agent::hub::SecretRef {
+                    namespace: credential_namespace,
+                    name: "hub-credential".into(),
+                },
+                fencing: lifeboat_agent::hub::FencingChoice::Off,
+                identity: Some("slow-clients-agent".into()),
+                timing: lifeboat_agent::hub::HubTiming {
+                    request_timeout: Duration::from_secs(2),
+                    ..Default::default()
+                },
+            }),
+        },
+        registry.clone(),
+    )
+    .await?;
+    let heartbeats = |result: &str| {
+        metric(
+            &registry,
+            "lifeboat_agent_hub_requests_total",
+            &[("call", "heartbeat"), ("result", result)],
+        )
+    };
+    let failed_heartbeats = || {
+        let all = registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "lifeboat_agent_hub_requests_total")
+            .flat_map(|f| f.get_metric().to_vec())
+            .filter(|m| {
+                m.get_label()
+                    .iter()
+                    .any(|l| l.name() == "call" && l.value() == "heartbeat")
+            })
+            .map(|m| m.get_counter().get_value())
+            .sum::<f64>();
+        all - heartbeats("ok")
+    };
+    wait::until("the agent heartbeats", T, || async {
+        if heartbeats("ok") >= 2.0 {
+            Ok(())
+        } else {
+            Err(format!("{} heartbeats", heartbeats("ok")))
+        }
+    })
+    .await?;
+
+    eprintln!(
+        "the agent holds {} connection(s) to the agent API (work stream and pooled requests)",
+        hub.metric("lifeboat_hub_agent_connections", &[])
+    );
+    // More slow clients than one address may hold, from another loopback address.
+    let source: std::net::IpAddr = "127.0.0.2".parse()?;
+    let tls = Arc::new(client_tls);
+    let (ok_before, failed_before) = (heartbeats("ok"), failed_heartbeats());
+    let started = std::time::Instant::now();
+    let clients = futures::future::join_all(
+        (0..SLOW).map(|_| slow_client(source, address, tls.clone(), Duration::from_millis(200), T)),
+    )
+    .await
+    .into_iter()
+    .collect::<Result<Vec<_>, _>>()?;
+    let window = started.elapsed();
+    let (ok_during, failed_during) = (
+        heartbeats("ok") - ok_before,
+        failed_heartbeats() - failed_before,
+    );
+    let admitted: Vec<&SlowClient> = clients.iter().filter(|c| c.admitted).collect();
+    check(
+        admitted.len() == PER_IP,
+        format!("{PER_IP} admitted from one address, the rest refused: {clients:?}"),
+    )?;
+    // Each admitted slow client is closed once the header timeout has passed, not before.
+    for client in &admitted {
+        let open_for = client
+            .open_for
+            .ok_or("an admitted slow client stayed open")?;
+        check(
+            open_for >= header_timeout && open_for < header_timeout + Duration::from_secs(5),
+            format!("closed {open_for:?} after its handshake (header timeout {header_timeout:?})"),
+        )?;
+    }
+    let dropped = |reason: &str| {
+        hub.metric(
+            "lifeboat_hub_agent_connections_dropped_total",
+            &[("reason", reason)],
+        )
+    };
+    check(
+        dropped("per_ip_limit") == (SLOW - PER_IP) as f64
+            && dropped("header_timeout") == PER_IP as f64,
+        format!(
+            "dropped: per_ip_limit {}, header_timeout {}",
+            dropped("per_ip_limit"),
+            dropped("header_timeout")
+        ),
+    )?;
+    // Meanwhile the agent's heartbeats (1 s apart) went through, none failed.
+    check(
+        failed_during == 0.0 && ok_during >= (window.as_secs_f64() - 2.0).floor().max(2.0),
+        format!("{ok_during} heartbeats went through and {failed_during} failed in {window:?}"),
+    )?;
+    // The places are free again: a new client from that address gets an answer.
+    let client = https_client((*tls).clone());
+    let response = client
+        .request(
+            http::Request::post(format!(
+                "https://localhost:{}{}",
+                address.port(),
+                protocol::register_path()
+            ))
+            .body(axum::body::Body::from("{}"))?,
+        )
+        .await?;
+    check(
+        response.status() == StatusCode::UNAUTHORIZED,
+        format!("{}", response.status()),
+    )?;
+    agent.stop().await?;
+    let _ = stop.send(());
+    tokio::time::timeout(T, server).await???;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
 /// A test's monitor: only the Clusters labelled for the test, Leases in its namespace.
 async fn monitor(
     hub: &Hub,
@@ -1500,8 +2056,7 @@ async fn cluster_health_follows_the_lease(ctx: Arc<TestContext>) -> TestResult {
     check(taint.time_added.is_some(), "timeAdded set")?;
     readiness_gauge(&registry, name, -1).await?;
 
-    // Restarted (it registers again): Ready, the taint gone.
-    let token = hub.register(name).await?;
+    // Restarted (it reuses its credential, kept in its member): Ready, the taint gone.
     let (stop_agent, agent) = heartbeats(token);
     wait_health(&hub, name, "True", "ClusterReady", false).await?;
     let _ = stop_agent.send(());

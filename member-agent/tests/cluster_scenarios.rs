@@ -49,6 +49,10 @@ fn main() -> ExitCode {
                 "a_stopped_member_apiserver_is_a_cluster_failure",
                 member_apiserver_stopped,
             ),
+            E2eTest::new(
+                "a_cluster_deleted_on_the_hub_moves_its_work_and_stops_its_agent_until_it_rejoins",
+                cluster_deleted_on_the_hub,
+            ),
         ],
     )
 }
@@ -430,5 +434,139 @@ async fn member_apiserver_stopped(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await?;
+    Ok(())
+}
+
+/// The hub's agent heartbeat interval in these suites (`support::hub::start_hub_with`).
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// Fails if Cluster `member` shows up on the hub within `span` (checked every 250 ms).
+async fn stays_deleted(hub: &kube::Client, member: &str, span: Duration) -> TestResult {
+    let clusters: Api<Cluster> = Api::all(hub.clone());
+    let until = std::time::Instant::now() + span;
+    while std::time::Instant::now() < until {
+        if let Some(c) = clusters.get_opt(member).await? {
+            return Err(format!(
+                "Cluster {member} is back (created {:?}, agent {:?})",
+                c.metadata.creation_timestamp.map(|t| t.0.to_string()),
+                c.status.and_then(|s| s.agent).map(|a| a.identity)
+            )
+            .into());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Ok(())
+}
+
+/// When the hub removed `member` as its agent's credential Secret says, if it did.
+async fn removed_mark(ctx: &TestContext, member: &str) -> Result<Option<String>, TestError> {
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        ctx.client(member).await?,
+        support::CREDENTIAL_NAMESPACE,
+    )
+    .get_opt(support::CREDENTIAL_NAME)
+    .await?;
+    Ok(secret
+        .as_ref()
+        .and_then(lifeboat_agent::hub::credential::removed_at))
+}
+
+/// `kubectl delete clusters.cluster.lifeboat.dev A` on the hub: the binding moves off A
+/// (`ClusterDeleted`) and runs elsewhere; A's agent is told to stop, removes the hub's work from
+/// A, marks its credential Secret removed and says so, and the hub lets the Cluster go. A stays
+/// deleted (no agent registers it again) for several heartbeat intervals, also after its agent
+/// restarted. Deleting the credential Secret (the explicit act to join again) brings A back,
+/// Ready.
+async fn cluster_deleted_on_the_hub(ctx: Arc<TestContext>) -> TestResult {
+    let fleet_hub = shared(&ctx).await?;
+    let s = Scenario::new(
+        ctx.clone(),
+        json!({"cluster": {"tolerationSeconds": CLUSTER_TOLERATION, "purgeMode": "Gracefully"}}),
+    )
+    .await?;
+    let aw = support::appwrapper(
+        "leaver",
+        &[],
+        vec![support::job("leaver-job", "sleep infinity", 1, 1)],
+    )?;
+    s.create(&aw).await?;
+    let deleted = s.placed("leaver").await?;
+    let deleted_api = s.in_member(&deleted).await?;
+    support::until_ready(&deleted_api, "leaver").await?;
+    s.until_health("leaver", &deleted, ResourceHealth::Healthy, None)
+        .await?;
+    let clusters: Api<Cluster> = Api::all(s.hub.clone());
+    clusters.delete(&deleted, &DeleteParams::default()).await?;
+
+    // The workload moves.
+    let moved = s
+        .until_binding(
+            "leaver",
+            &format!("leaver moved off {deleted}"),
+            T,
+            |b| match placement(b).as_slice() {
+                [one] if *one != deleted => Ok(()),
+                other => Err(format!("clusters {other:?}")),
+            },
+        )
+        .await?;
+    let record = record_for(&moved, &deleted)?;
+    if record.reason != "ClusterDeleted" {
+        return Err(format!("eviction record {record:?}").into());
+    }
+    let target = placement(&moved).remove(0);
+    support::until_ready(&s.in_member(&target).await?, "leaver").await?;
+    // `kubectl get rb -o wide` shows where it runs now (the status summary).
+    s.until_binding("leaver", "the summary names the new placement", T, |b| {
+        let summary = b.status.as_ref().and_then(|s| s.summary.clone());
+        match summary {
+            Some(summary) if summary.clusters == target && summary.failures.is_empty() => Ok(()),
+            other => Err(format!("summary {other:?}")),
+        }
+    })
+    .await?;
+
+    // The agent stops: the hub's work leaves the member, the Cluster goes, and nobody
+    // registers it again.
+    wait::until(&format!("the copy in {deleted} removed"), T, || async {
+        match deleted_api.get_opt("leaver").await {
+            Ok(None) => Ok(()),
+            Ok(Some(aw)) => Err(format!("still there ({:?})", support::phase(&aw))),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    wait::until(&format!("Cluster {deleted} gone"), T, || async {
+        match clusters.get_opt(&deleted).await {
+            Ok(None) => Ok(()),
+            Ok(Some(c)) => Err(format!("finalizers {:?}", c.metadata.finalizers)),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    stays_deleted(&s.hub, &deleted, 5 * HEARTBEAT).await?;
+    let mark = removed_mark(&ctx, &deleted).await?;
+    if mark.is_none() {
+        return Err(format!("{deleted}'s credential Secret is not marked removed").into());
+    }
+
+    // Restarted, the agent stays stopped.
+    fleet_hub.restart_agent(&ctx, &deleted).await?;
+    stays_deleted(&s.hub, &deleted, 5 * HEARTBEAT).await?;
+    if removed_mark(&ctx, &deleted).await? != mark {
+        return Err(format!("{deleted}'s removed mark changed after the restart").into());
+    }
+
+    // The explicit act to join again: the credential Secret deleted.
+    Api::<k8s_openapi::api::core::v1::Secret>::namespaced(
+        ctx.client(&deleted).await?,
+        support::CREDENTIAL_NAMESPACE,
+    )
+    .delete(support::CREDENTIAL_NAME, &DeleteParams::default())
+    .await?;
+    support::hub::until_clusters_ready(&s.hub, [&deleted]).await?;
+    if removed_mark(&ctx, &deleted).await?.is_some() {
+        return Err(format!("{deleted} joined again but its Secret is still marked").into());
+    }
     Ok(())
 }

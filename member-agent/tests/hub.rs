@@ -899,7 +899,8 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
     })
     .await?;
 
-    // 9. The hub deletes the cluster: the agent removes the work and its credential.
+    // 9. The hub deletes the cluster: the agent removes the work, marks its credential Secret
+    // removed (so no restart registers again) and says it stopped in a last heartbeat.
     hub.stop.store(true, Ordering::SeqCst);
     wait::until("the hub's work removed", T, || async {
         let gone = deployments
@@ -911,16 +912,29 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
             .get_opt(SECRET_NAME)
             .await
             .map_err(|e| e.to_string())?;
-        if gone && secret.is_none() {
+        let marked = secret
+            .as_ref()
+            .and_then(lifeboat_agent::hub::credential::removed_at);
+        if gone && marked.is_some() {
             Ok(())
         } else {
-            Err(format!(
-                "deployment gone {gone}, secret {}",
-                secret.is_some()
-            ))
+            Err(format!("deployment gone {gone}, secret marked {marked:?}"))
         }
     })
     .await?;
+    wait_for("a heartbeat saying the agent stopped", || {
+        hub.log(|l| l.heartbeats.iter().any(|(_, h)| h.stopped))
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await?;
+    let registrations = hub.log(|l| l.registrations.len());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        hub.log(|l| l.registrations.len()),
+        registrations,
+        "a stopped agent registers nothing"
+    );
 
     let replays = hub.log(|l| l.replays.clone());
     assert!(

@@ -211,6 +211,105 @@ impl BootstrapToken {
     }
 }
 
+/// What a registration presents as its bearer token.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Registrant {
+    /// The current credential of `cluster` (an agent re-registering itself: a rotation).
+    Credential { cluster: String },
+    /// A bootstrap token.
+    Bootstrap(BootstrapToken),
+}
+
+/// Why a registrant may not register a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegisterRefusal {
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapRefusal),
+    #[error("the credential of cluster {own} cannot register cluster {cluster}")]
+    OtherClustersCredential { own: String, cluster: String },
+    #[error(
+        "cluster {cluster} is already registered (its agent holds a live credential) and \
+         bootstrap token {token} is not bound to it: a bootstrap token without a cluster-name only \
+         registers new clusters. Register with the cluster's current credential, or with a \
+         bootstrap token bound to {cluster} (`lifeboatctl join {cluster}`), or revoke the \
+         credential first (delete Secret {secret} in the hub's namespace)"
+    )]
+    AlreadyRegistered {
+        cluster: String,
+        token: String,
+        secret: String,
+    },
+    #[error(
+        "cluster {cluster} is not registered on the hub (its Cluster is gone): register with a \
+         bootstrap token"
+    )]
+    ClusterGone { cluster: String },
+}
+
+impl RegisterRefusal {
+    /// Whether the refusal is about the credential itself (401) rather than what it may do (403).
+    pub fn is_unauthorized(&self) -> bool {
+        matches!(
+            self,
+            RegisterRefusal::Bootstrap(
+                BootstrapRefusal::Unknown | BootstrapRefusal::Expired { .. }
+            ) | RegisterRefusal::ClusterGone { .. }
+        )
+    }
+}
+
+impl Registrant {
+    /// What the token alone says about registering `cluster` at `now` (expired, bound to
+    /// another cluster, another cluster's credential), before the cluster's state is read.
+    pub fn may_name(&self, cluster: &str, now: Timestamp) -> Result<(), RegisterRefusal> {
+        match self {
+            Registrant::Credential { cluster: own } if own != cluster => {
+                Err(RegisterRefusal::OtherClustersCredential {
+                    own: own.clone(),
+                    cluster: cluster.to_string(),
+                })
+            }
+            Registrant::Credential { .. } => Ok(()),
+            Registrant::Bootstrap(token) => Ok(token.permits(cluster, now)?),
+        }
+    }
+
+    /// Whether this registrant may register `cluster` at `now`. `registered`: the Cluster
+    /// exists and holds a live credential, so registering it replaces (revokes) that
+    /// credential: only that credential itself or a bootstrap token bound to the cluster's name
+    /// may do so. An unbound bootstrap token registers new clusters only (it would otherwise
+    /// take over any cluster); a credential only re-registers its own, existing, Cluster.
+    pub fn may_register(
+        &self,
+        cluster: &str,
+        registered: bool,
+        now: Timestamp,
+    ) -> Result<(), RegisterRefusal> {
+        self.may_name(cluster, now)?;
+        match self {
+            Registrant::Credential { .. } if !registered => Err(RegisterRefusal::ClusterGone {
+                cluster: cluster.to_string(),
+            }),
+            Registrant::Bootstrap(token) if registered && token.cluster_name.is_none() => {
+                Err(RegisterRefusal::AlreadyRegistered {
+                    cluster: cluster.to_string(),
+                    token: token.name.clone(),
+                    secret: credential_secret_name(cluster),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// For logs: the bootstrap token's Secret, or "current credential".
+    pub fn describe(&self) -> String {
+        match self {
+            Registrant::Credential { .. } => "the cluster's current credential".to_string(),
+            Registrant::Bootstrap(token) => format!("bootstrap token {}", token.name),
+        }
+    }
+}
+
 /// A cluster credential as read from its Secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredCredential {
@@ -277,6 +376,14 @@ impl CredentialIndex {
     /// The cluster whose credential has digest `hash`.
     pub fn cluster_of(&self, hash: &TokenHash) -> Option<String> {
         self.read().by_hash.get(hash).cloned()
+    }
+
+    /// Whether `cluster` has a live credential.
+    pub fn has_credential(&self, cluster: &str) -> bool {
+        self.read()
+            .by_secret
+            .get(&credential_secret_name(cluster))
+            .is_some_and(|c| c.cluster == cluster)
     }
 
     /// A receiver that sees every change of the index.
@@ -488,6 +595,75 @@ mod tests {
     }
 
     #[test]
+    fn only_the_own_credential_or_a_bound_token_registers_a_registered_cluster() {
+        let now = at("2026-05-01T12:00:00Z");
+        let unbound = Registrant::Bootstrap(
+            BootstrapToken::from_secret(&secret("any", &[], &[("token", TOKEN)])).unwrap(),
+        );
+        let bound = Registrant::Bootstrap(
+            BootstrapToken::from_secret(&secret(
+                "join-a",
+                &[],
+                &[("token", TOKEN), ("cluster-name", "a")],
+            ))
+            .unwrap(),
+        );
+        let own = Registrant::Credential {
+            cluster: "a".into(),
+        };
+        // A new name: any bootstrap token that permits it.
+        assert_eq!(unbound.may_register("a", false, now), Ok(()));
+        assert_eq!(bound.may_register("a", false, now), Ok(()));
+        // A registered name: its own credential or a token bound to it; never an unbound one.
+        assert_eq!(own.may_register("a", true, now), Ok(()));
+        assert_eq!(bound.may_register("a", true, now), Ok(()));
+        let refusal = unbound.may_register("a", true, now).unwrap_err();
+        assert!(!refusal.is_unauthorized(), "a 403: {refusal}");
+        let message = refusal.to_string();
+        for needle in [
+            "cluster a is already registered",
+            "bootstrap token any is not bound",
+            "lifeboatctl join a",
+            "cluster-a-credential",
+        ] {
+            assert!(message.contains(needle), "{needle:?} in {message}");
+        }
+        // A credential acts for its own cluster only, and only while that Cluster exists.
+        let other = own.may_register("b", true, now).unwrap_err();
+        assert!(!other.is_unauthorized());
+        assert_eq!(
+            other.to_string(),
+            "the credential of cluster a cannot register cluster b"
+        );
+        assert!(
+            own.may_register("a", false, now)
+                .unwrap_err()
+                .is_unauthorized()
+        );
+        // The token's own limits come first: bound elsewhere (403), expired (401).
+        assert!(matches!(
+            bound.may_name("b", now),
+            Err(RegisterRefusal::Bootstrap(
+                BootstrapRefusal::OtherCluster { .. }
+            ))
+        ));
+        let expired = Registrant::Bootstrap(
+            BootstrapToken::from_secret(&secret(
+                "old",
+                &[],
+                &[("token", TOKEN), ("expiration", "2026-05-01T11:00:00Z")],
+            ))
+            .unwrap(),
+        );
+        assert!(
+            expired
+                .may_register("a", false, now)
+                .unwrap_err()
+                .is_unauthorized()
+        );
+    }
+
+    #[test]
     fn unusable_bootstrap_secrets_are_refused_with_why() {
         let short = secret("short", &[], &[("token", "tooshort")]);
         assert!(
@@ -545,8 +721,12 @@ mod tests {
         index.apply(watcher::Event::Apply(forged));
         assert_eq!(index.cluster_of(&TokenHash::of("token-b")), None);
 
+        assert!(index.has_credential("a"));
+        assert!(!index.has_credential("b"));
+
         // revocation
         index.apply(watcher::Event::Delete(credential("a", "token-a2")));
+        assert!(!index.has_credential("a"));
         assert_eq!(index.cluster_of(&TokenHash::of("token-a2")), None);
 
         // a relist drops what is gone

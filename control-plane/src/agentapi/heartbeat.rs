@@ -20,6 +20,7 @@ use tracing::Instrument;
 
 use super::auth::CLUSTER_NAME_LABEL;
 use super::{ApiError, FIELD_MANAGER, Shared, json_body};
+use crate::cluster_removal::ANNOTATION_AGENT_STOPPED;
 use crate::clusters::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
 
 /// The Cluster status fields the agent API owns.
@@ -126,6 +127,15 @@ pub(crate) fn member_api_unreachable_since(
     )
 }
 
+/// What a Lease renewal records beside the renewal itself.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct LeaseNotes {
+    /// Since when the agent reports its member's kube-apiserver silent.
+    pub member_api_silent_since: Option<Timestamp>,
+    /// When the agent of a Cluster being deleted confirmed that it stopped.
+    pub agent_stopped_at: Option<Timestamp>,
+}
+
 /// A cached copy of what was written, for the Cluster with this UID.
 #[derive(Debug, Clone)]
 pub(crate) struct Written {
@@ -178,28 +188,33 @@ impl Shared {
     }
 
     /// Renews (or creates) the cluster's Lease: holder `identity`, the hub's lease duration,
-    /// renewed now, and [`ANNOTATION_MEMBER_API_UNREACHABLE_SINCE`] while the agent reports its
-    /// member's kube-apiserver silent (`member_api_silent_since`; the apply removes it
-    /// otherwise). The Lease is owned by the Cluster.
+    /// renewed now, and the annotations of `notes` ([`ANNOTATION_MEMBER_API_UNREACHABLE_SINCE`]
+    /// while the agent reports its member's kube-apiserver silent, [`ANNOTATION_AGENT_STOPPED`]
+    /// once the agent of a Cluster being deleted confirmed it stopped; the apply removes those
+    /// not given). The Lease is owned by the Cluster.
     pub(crate) async fn renew_lease(
         &self,
         cluster: &Cluster,
         identity: &str,
-        member_api_silent_since: Option<Timestamp>,
+        notes: LeaseNotes,
     ) -> Result<(), ApiError> {
         let name = cluster.name_any();
+        let annotations: std::collections::BTreeMap<String, String> = [
+            (
+                ANNOTATION_MEMBER_API_UNREACHABLE_SINCE,
+                notes.member_api_silent_since,
+            ),
+            (ANNOTATION_AGENT_STOPPED, notes.agent_stopped_at),
+        ]
+        .into_iter()
+        .filter_map(|(key, at)| at.map(|at| (key.to_string(), at.to_string())))
+        .collect();
         let lease = Lease {
             metadata: ObjectMeta {
                 name: Some(lease_name(&name)),
                 namespace: Some(self.config.namespace.clone()),
                 labels: Some([(CLUSTER_NAME_LABEL.to_string(), name.clone())].into()),
-                annotations: member_api_silent_since.map(|since| {
-                    [(
-                        ANNOTATION_MEMBER_API_UNREACHABLE_SINCE.to_string(),
-                        since.to_string(),
-                    )]
-                    .into()
-                }),
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 owner_references: cluster.owner_ref(&()).map(|o| vec![o]),
                 ..ObjectMeta::default()
             },
@@ -282,12 +297,29 @@ pub(super) async fn heartbeat(
         }
         let lease_duration_seconds = shared.config.lease_seconds();
         if caller.object.metadata.deletion_timestamp.is_some() {
-            tracing::info!("the Cluster is being deleted: telling its agent to stop");
+            if body.stopped {
+                // The agent removed the hub's work and stopped: the cluster health monitor
+                // lets the Cluster go once the Lease says so (`cluster_removal`).
+                tracing::info!(identity = %body.identity, "the agent of the deleted Cluster stopped");
+                let notes = LeaseNotes {
+                    agent_stopped_at: Some(shared.now()),
+                    ..LeaseNotes::default()
+                };
+                shared
+                    .renew_lease(&caller.object, &body.identity, notes)
+                    .await?;
+            } else {
+                tracing::info!("the Cluster is being deleted: telling its agent to stop");
+            }
             return Ok(Json(HeartbeatResponse {
                 lease_duration_seconds,
                 stop: true,
                 fencing_credential_digest: None,
             }));
+        }
+        if body.stopped {
+            // Only the hub ends a cluster's membership: a stop nobody asked for changes nothing.
+            tracing::warn!(identity = %body.identity, "the agent says it stopped, but its Cluster is not being deleted");
         }
         let now = shared.now();
         let member_api_silent_since =
@@ -295,8 +327,12 @@ pub(super) async fn heartbeat(
         if let Some(since) = member_api_silent_since {
             tracing::debug!(%since, "the agent reports that its member's kube-apiserver does not answer");
         }
+        let notes = LeaseNotes {
+            member_api_silent_since,
+            ..LeaseNotes::default()
+        };
         shared
-            .renew_lease(&caller.object, &body.identity, member_api_silent_since)
+            .renew_lease(&caller.object, &body.identity, notes)
             .await?;
         let refresh = shared.config.lease_duration / 4;
         shared

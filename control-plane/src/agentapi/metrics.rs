@@ -1,4 +1,5 @@
-//! Prometheus metrics of the agent API (low-cardinality labels: endpoint, code, result).
+//! Prometheus metrics of the agent API (low-cardinality labels: endpoint, code, result,
+//! reason).
 
 use prometheus::{Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry};
 
@@ -15,6 +16,12 @@ pub struct AgentApiMetrics {
     /// `lifeboat_hub_agent_registration_wait_seconds`: how long registration waited for its
     /// credential to be live in the index.
     pub registration_wait: Histogram,
+    /// `lifeboat_hub_agent_connections`: connections open now (admitted, until closed).
+    pub connections: IntGauge,
+    /// `lifeboat_hub_agent_connections_dropped_total{reason}`: connections the server refused
+    /// (`per_ip_limit`, `total_limit`) or closed (`tls_handshake_timeout`,
+    /// `tls_handshake_failed`, `header_timeout`, `idle_timeout`).
+    pub connections_dropped: IntCounterVec,
 }
 
 impl AgentApiMetrics {
@@ -57,6 +64,23 @@ impl AgentApiMetrics {
             )
             .buckets(vec![0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0]),
         )?;
+        let connections = IntGauge::new(
+            "lifeboat_hub_agent_connections",
+            "Connections to the agent API open now",
+        )?;
+        let connections_dropped = IntCounterVec::new(
+            Opts::new(
+                "lifeboat_hub_agent_connections_dropped_total",
+                "Agent API connections refused (per_ip_limit, total_limit) or closed by the hub \
+                 (tls_handshake_timeout, tls_handshake_failed, header_timeout, idle_timeout)",
+            ),
+            &["reason"],
+        )?;
+        for reason in super::server::DropReason::ALL {
+            connections_dropped.with_label_values(&[reason.label()]);
+        }
+        registry.register(Box::new(connections.clone()))?;
+        registry.register(Box::new(connections_dropped.clone()))?;
         registry.register(Box::new(requests.clone()))?;
         registry.register(Box::new(duration.clone()))?;
         registry.register(Box::new(work_streams.clone()))?;
@@ -68,6 +92,8 @@ impl AgentApiMetrics {
             work_streams,
             status_items,
             registration_wait,
+            connections,
+            connections_dropped,
         })
     }
 }

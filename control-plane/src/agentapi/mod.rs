@@ -19,6 +19,7 @@ pub mod fencing;
 mod heartbeat;
 pub mod metrics;
 mod register;
+pub mod server;
 mod status;
 mod work;
 
@@ -75,6 +76,8 @@ pub struct AgentApiConfig {
     /// How long a request waits for the watch-fed indexes to load (hub start) or a registration
     /// for its new credential to be live, before answering 503.
     pub cache_wait: Duration,
+    /// Connection limits and timeouts of the HTTPS server.
+    pub connections: server::ConnectionLimits,
 }
 
 impl Default for AgentApiConfig {
@@ -87,6 +90,7 @@ impl Default for AgentApiConfig {
             body_limit: protocol::MAX_BODY_BYTES,
             bookmark_interval: Duration::from_secs(15),
             cache_wait: Duration::from_secs(10),
+            connections: server::ConnectionLimits::default(),
         }
     }
 }
@@ -261,25 +265,33 @@ impl AgentApi {
             .with_state(shared)
     }
 
-    /// Serves HTTPS on `listener` until `shutdown` completes; open work streams end then too.
+    /// Serves HTTPS on `listener` (with the connection limits and timeouts of
+    /// [`AgentApiConfig::connections`], [`server`]) until `shutdown` completes; open work
+    /// streams end then too, and the requests in flight finish.
     pub async fn serve(
         self,
         listener: TcpListener,
         tls: Arc<rustls::ServerConfig>,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), AgentApiError> {
-        let stop = self.shared.shutdown.clone();
-        let listener = lifeboat_runtime::tls_listener::TlsListener::new(
+        let streams = self.shared.shutdown.clone();
+        let (stop, stopping) = watch::channel(false);
+        let shutdown = tokio::spawn(async move {
+            shutdown.await;
+            streams.send_replace(true);
+            stop.send_replace(true);
+        });
+        let served = server::serve(
             listener,
             tokio_rustls::TlsAcceptor::from(tls),
-            "agent API",
-        );
-        axum::serve(listener, self.router())
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                stop.send_replace(true);
-            })
-            .await?;
+            self.router(),
+            self.shared.config.connections.clone(),
+            self.shared.metrics.clone(),
+            stopping,
+        )
+        .await;
+        shutdown.abort();
+        served?;
         Ok(())
     }
 

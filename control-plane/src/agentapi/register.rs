@@ -1,8 +1,12 @@
-//! Registration: a bootstrap token buys a cluster token. The hub creates the Cluster if absent,
-//! mints the token, keeps only its SHA-256 (Secret `cluster-<name>-credential`, owned by the
-//! Cluster), renews the Lease and records the agent in the Cluster status. A new registration
-//! replaces the credential: the previous token stops working. The answer is sent once the new
-//! credential is live in the index, so the agent's next call is never refused for lag.
+//! Registration: a bootstrap token buys a cluster token. The hub creates the Cluster if absent
+//! (with the hub's finalizer), mints the token, keeps only its SHA-256 (Secret
+//! `cluster-<name>-credential`, owned by the Cluster), renews the Lease and records the agent in
+//! the Cluster status. A new registration replaces the credential: the previous token stops
+//! working. So registering a cluster that holds a live credential takes either that credential
+//! (an agent rotating its own) or a bootstrap token bound to the cluster's name; a bootstrap
+//! token without a name registers new clusters only ([`Registrant::may_register`]). The answer
+//! is sent once the new credential is live in the index, so the agent's next call is never
+//! refused for lag.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,10 +24,11 @@ use lifeboat_api::protocol::{PROTOCOL_VERSION, RegisterRequest, RegisterResponse
 use tracing::Instrument;
 
 use super::auth::{
-    self, BootstrapRefusal, CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY, TokenHash,
+    self, CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY, RegisterRefusal, Registrant, TokenHash,
 };
-use super::heartbeat::whole_seconds;
+use super::heartbeat::{LeaseNotes, whole_seconds};
 use super::{ApiError, Shared, json_body, seconds};
+use crate::cluster_removal::FINALIZER;
 
 /// Whether `name` is a DNS-1123 label (what a Cluster name must be here: it also names the
 /// Lease and the Secret).
@@ -91,7 +96,11 @@ pub(super) async fn register(
             .and_then(|v| v.to_str().ok()),
     )
     .ok_or_else(|| {
-        ApiError::Unauthorized("no bearer (bootstrap) token in the Authorization header".into())
+        ApiError::Unauthorized(
+            "no bearer token (a bootstrap token or the cluster's credential) in the \
+             Authorization header"
+                .into(),
+        )
     })?;
     tokio::time::timeout(
         shared.config.cache_wait,
@@ -101,22 +110,41 @@ pub(super) async fn register(
     .ok()
     .and_then(|r| r.ok())
     .ok_or_else(|| ApiError::Unavailable("the hub is still loading the bootstrap tokens".into()))?;
+    if !shared
+        .credentials
+        .wait_ready(shared.config.cache_wait)
+        .await
+    {
+        return Err(ApiError::Unavailable(
+            "the hub is still loading the cluster credentials".into(),
+        ));
+    }
     // Known token first: a stranger's body is never read.
-    let bootstrap = auth::find_bootstrap(
-        shared.bootstrap.state().iter().map(|s| s.as_ref()),
-        presented,
-    )
-    .map_err(|refusal| ApiError::Unauthorized(refusal.to_string()))?;
+    let registrant = match shared.credentials.cluster_of(&TokenHash::of(presented)) {
+        Some(cluster) => Registrant::Credential { cluster },
+        None => Registrant::Bootstrap(
+            auth::find_bootstrap(
+                shared.bootstrap.state().iter().map(|s| s.as_ref()),
+                presented,
+            )
+            .map_err(|refusal| ApiError::Unauthorized(refusal.to_string()))?,
+        ),
+    };
     let body: RegisterRequest =
         json_body(request, "registration", shared.config.body_limit).await?;
     let span = tracing::info_span!("register", cluster = %body.cluster_name);
     async move {
-        bootstrap
-            .permits(&body.cluster_name, shared.now())
-            .map_err(|refusal| match refusal {
-                BootstrapRefusal::OtherCluster { .. } => ApiError::Forbidden(refusal.to_string()),
-                _ => ApiError::Unauthorized(refusal.to_string()),
-            })?;
+        let refuse = |refusal: RegisterRefusal| {
+            if refusal.is_unauthorized() {
+                ApiError::Unauthorized(refusal.to_string())
+            } else {
+                ApiError::Forbidden(refusal.to_string())
+            }
+        };
+        // What the token alone allows (expired, bound elsewhere), before any read.
+        registrant
+            .may_name(&body.cluster_name, shared.now())
+            .map_err(refuse)?;
         validate(&body)?;
 
         let clusters: Api<Cluster> = Api::all(shared.client.clone());
@@ -133,17 +161,28 @@ pub(super) async fn register(
                 "cluster {name} is being deleted from the hub; register again once it is gone"
             )));
         }
+        // Registering replaces the cluster's credential: a registered cluster is not an
+        // unbound token's to take.
+        let registered = existing.is_some() && shared.credentials.has_credential(name);
+        registrant
+            .may_register(name, registered, shared.now())
+            .map_err(|refusal| {
+                tracing::warn!(registrant = %registrant.describe(), %refusal, "registration refused");
+                refuse(refusal)
+            })?;
         let fencing = shared.fencing_seconds(existing.as_ref());
         check_fencing(&body, fencing)?;
         let cluster = match existing {
             Some(cluster) => cluster,
-            None => create_cluster(&clusters, &body).await?,
+            None => create_cluster(&clusters, &body, &registrant).await?,
         };
 
         let token = auth::mint_token(&shared.rng)
             .map_err(|_| ApiError::Unavailable("the system random source failed".into()))?;
         let hash = TokenHash::of(&token);
-        shared.renew_lease(&cluster, &body.identity, None).await?;
+        shared
+            .renew_lease(&cluster, &body.identity, LeaseNotes::default())
+            .await?;
         store_credential(&shared, &cluster, hash).await?;
         let agent = AgentInfo {
             identity: body.identity.clone(),
@@ -176,7 +215,7 @@ pub(super) async fn register(
             )));
         }
         tracing::info!(
-            bootstrap_token = %bootstrap.name,
+            registrant = %registrant.describe(),
             identity = %body.identity,
             version = %body.agent_version,
             "agent registered"
@@ -196,9 +235,10 @@ pub(super) async fn register(
 async fn create_cluster(
     clusters: &Api<Cluster>,
     body: &RegisterRequest,
+    registrant: &Registrant,
 ) -> Result<Cluster, ApiError> {
     let name = body.cluster_name.as_str();
-    let cluster = Cluster::new(
+    let mut cluster = Cluster::new(
         name,
         ClusterSpec {
             provider: body.provider.clone(),
@@ -207,12 +247,26 @@ async fn create_cluster(
             ..ClusterSpec::default()
         },
     );
+    // The hub's finalizer from the start: a Cluster deleted right after its creation still
+    // stops its agent (the health monitor adds it to Clusters created otherwise).
+    cluster.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
     match clusters.create(&PostParams::default(), &cluster).await {
         Ok(created) => {
             tracing::info!("created the Cluster at its agent's first registration");
             Ok(created)
         }
-        // Created meanwhile (another registration, an operator): use that one.
+        // Created meanwhile by a concurrent registration: with an unbound token, that one
+        // registered the name first.
+        Err(kube::Error::Api(status))
+            if status.code == 409
+                && matches!(registrant, Registrant::Bootstrap(t) if t.cluster_name.is_none()) =>
+        {
+            Err(ApiError::Forbidden(format!(
+                "cluster {name} was registered by another agent meanwhile; a bootstrap token \
+                 without a cluster-name only registers new clusters"
+            )))
+        }
+        // Created meanwhile (an operator): use that one.
         Err(kube::Error::Api(status)) if status.code == 409 => clusters
             .get(name)
             .await

@@ -30,6 +30,9 @@ use serde::de::DeserializeOwned;
 use super::metrics::HubMetrics;
 use super::ndjson::{FrameError, LineFramer, MAX_LINE_BYTES};
 
+/// How long a pooled connection to the hub may sit idle before the client closes it.
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// How many times one call follows a standby's leader header before giving up.
 const MAX_LEADER_HOPS: usize = 3;
 
@@ -225,8 +228,10 @@ impl HubClient {
             .https_only()
             .enable_http1()
             .wrap_connector(http);
+        // Idle pooled connections go before the hub's header-read timeout (30 s by default)
+        // closes them: a request never races the hub closing its connection.
         let http = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .build(https);
         Ok(Self {
             http,

@@ -1,6 +1,11 @@
 //! The cluster's credential for the hub: obtained by registering with the bootstrap token, kept
 //! in a Secret of the member (so a restarted agent reuses it instead of registering again), and
 //! replaced by registering again when the hub answers 401 (revoked or unknown token).
+//!
+//! When the hub deletes the cluster, the Secret is kept with the annotation
+//! [`REMOVED_ANNOTATION`]: an agent that finds it there stays out of hub mode (a restart does
+//! not register the cluster again) until the Secret is deleted, the explicit act of joining
+//! again.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -9,12 +14,15 @@ use std::time::Duration;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams};
 use lifeboat_api::binding::FIELD_MANAGER;
 use lifeboat_api::protocol::{RegisterRequest, RegisterResponse, register_path};
 
 use super::client::{CallError, HubClient};
 use super::namespaces::{CREATED_BY, CREATED_BY_LABEL, Namespaces};
+
+/// Annotation on the credential Secret once the hub removed this cluster: when (RFC 3339).
+pub const REMOVED_ANNOTATION: &str = "hub.lifeboat.dev/removed-from-hub";
 
 const TOKEN_KEY: &str = "token";
 const CLUSTER_KEY: &str = "cluster-name";
@@ -153,6 +161,11 @@ pub enum CredentialError {
     WrongCluster { want: String, got: String },
     #[error("the hub answered a registration without a token")]
     NoToken,
+    #[error(
+        "the hub removed this cluster at {at} (Secret {secret} says so): delete that Secret to \
+         join the hub again"
+    )]
+    RemovedFromHub { secret: String, at: String },
 }
 
 /// The credential of this term, loaded from the Secret or obtained by registering.
@@ -210,6 +223,12 @@ impl Credentials {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.secret.namespace);
         match api.get_opt(&self.secret.name).await {
             Ok(Some(secret)) => {
+                if let Some(at) = removed_at(&secret) {
+                    return Err(CredentialError::RemovedFromHub {
+                        secret: self.secret.to_string(),
+                        at,
+                    });
+                }
                 if let Some(c) = Credential::from_secret(&secret, &self.request.cluster_name) {
                     tracing::info!(secret = %self.secret, "reusing the cluster credential");
                     *self.lock() = Some(c.clone());
@@ -239,20 +258,39 @@ impl Credentials {
         self.register().await
     }
 
-    /// Forget the credential and delete its Secret (the hub deleted the cluster).
-    pub async fn discard(&self) {
-        *self.lock() = None;
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.secret.namespace);
-        match api
-            .delete(&self.secret.name, &DeleteParams::default())
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                tracing::warn!(secret = %self.secret, error = %e, "cannot delete the credential Secret")
-            }
-        }
+    /// The hub deleted the cluster: keep the Secret, annotated [`REMOVED_ANNOTATION`] with
+    /// `at`, so no later start registers the cluster again. The credential stays in memory for
+    /// the last heartbeat that tells the hub the agent stopped.
+    pub async fn mark_removed(&self, at: &str) -> Result<(), kube::Error> {
+        let mut secret = match self.current() {
+            Some(credential) => credential.to_secret(&self.secret),
+            None => Secret {
+                metadata: ObjectMeta {
+                    name: Some(self.secret.name.clone()),
+                    namespace: Some(self.secret.namespace.clone()),
+                    labels: Some(BTreeMap::from([(
+                        CREATED_BY_LABEL.to_string(),
+                        CREATED_BY.to_string(),
+                    )])),
+                    ..Default::default()
+                },
+                type_: Some("Opaque".into()),
+                ..Default::default()
+            },
+        };
+        secret.metadata.annotations = Some(BTreeMap::from([(
+            REMOVED_ANNOTATION.to_string(),
+            at.to_string(),
+        )]));
+        self.namespaces.ensure(&self.secret.namespace).await?;
+        Api::<Secret>::namespaced(self.client.clone(), &self.secret.namespace)
+            .patch(
+                &self.secret.name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&secret),
+            )
+            .await?;
+        Ok(())
     }
 
     /// Registers with the bootstrap token and keeps the answer (memory and Secret). The caller
@@ -306,6 +344,26 @@ impl Credentials {
         .await?;
         Ok(())
     }
+}
+
+/// When the hub removed this cluster, if the credential Secret says it did
+/// ([`REMOVED_ANNOTATION`]).
+pub fn removed_at(secret: &Secret) -> Option<String> {
+    secret
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(REMOVED_ANNOTATION)
+        .cloned()
+}
+
+/// Reads the credential Secret at `at` and says when the hub removed this cluster, if it did.
+pub async fn removed_from_hub(
+    client: &kube::Client,
+    at: &SecretRef,
+) -> Result<Option<String>, kube::Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &at.namespace);
+    Ok(api.get_opt(&at.name).await?.as_ref().and_then(removed_at))
 }
 
 #[cfg(test)]

@@ -22,6 +22,8 @@ pub struct HubMetrics {
     /// 1 while the member's kube-apiserver has not answered the agent for its bound (the
     /// heartbeats say so), else 0.
     pub member_api_unreachable: IntGauge,
+    /// 1 while hub mode stays stopped because the hub removed this cluster, else 0.
+    pub removed: IntGauge,
 }
 
 impl HubMetrics {
@@ -67,6 +69,11 @@ impl HubMetrics {
             "lifeboat_agent_member_api_unreachable",
             "1 while the member's kube-apiserver has not answered the agent for --member-api-timeout (its heartbeats tell the hub, which marks the cluster not Ready), else 0",
         )?;
+        let removed = IntGauge::new(
+            "lifeboat_agent_removed_from_hub",
+            "1 while hub mode stays stopped because the hub deleted this cluster (until its credential Secret is deleted to join again), else 0",
+        )?;
+        registry.register(Box::new(removed.clone()))?;
         registry.register(Box::new(connected.clone()))?;
         registry.register(Box::new(fenced.clone()))?;
         registry.register(Box::new(member_api_unreachable.clone()))?;
@@ -78,6 +85,7 @@ impl HubMetrics {
             connected,
             fenced,
             member_api_unreachable,
+            removed,
         })
     }
 }

@@ -2,7 +2,8 @@
 //! agent ↔ hub protocol, `lifeboat_api::protocol`). While this replica leads, it
 //!
 //! - registers with a bootstrap token, keeps the cluster credential in a Secret of the member
-//!   and registers again when the hub refuses it (`credential`);
+//!   and registers again when the hub refuses it (`credential`); once the hub deletes the
+//!   cluster, removes the hub's work and stays stopped until that Secret is deleted;
 //! - heartbeats at the hub's interval, carrying the inventory (node groups with free capacity,
 //!   resource summary, node health, API enablements) when it changed or every minute
 //!   (`inventory`, pure; `observe` and `catalog` feed it);
@@ -279,10 +280,10 @@ impl HubMode {
         })
     }
 
-    /// Runs hub mode while `leadership` says this replica leads, until `shutdown` resolves or
-    /// the hub deletes this cluster. A lost leadership drops everything at once (no call to the
-    /// hub or the member after that point); a new term starts from the credential Secret and a
-    /// full snapshot.
+    /// Runs hub mode while `leadership` says this replica leads, until `shutdown` resolves. A
+    /// lost leadership drops everything at once (no call to the hub or the member after that
+    /// point); a new term starts from the credential Secret and a full snapshot. Once the hub
+    /// deleted this cluster, no term starts until the credential Secret is deleted.
     pub async fn run(
         self,
         mut leadership: Leadership,
@@ -295,6 +296,13 @@ impl HubMode {
                 () = &mut shutdown => return,
                 () = leadership.acquired() => {}
             }
+            // A cluster the hub removed stays out until it is joined again.
+            tokio::select! {
+                biased;
+                () = &mut shutdown => return,
+                () = leadership.lost() => continue,
+                () = self.until_joinable() => {}
+            }
             tracing::info!(cluster = %self.cluster, hub = %self.hub.current_url(), "leading: hub mode starts");
             tokio::select! {
                 biased;
@@ -303,11 +311,47 @@ impl HubMode {
                     self.metrics.connected.set(0);
                     tracing::warn!("lost leadership: hub mode stopped; standing by");
                 }
-                session::Stopped = session::run(&self) => return,
+                // The next turn waits in `until_joinable` for the explicit act to join again.
+                session::Stopped = session::run(&self) => {}
             }
         }
     }
+
+    /// Returns once the credential Secret does not say the hub removed this cluster: at once
+    /// normally; after a removal, once someone deleted the Secret (the explicit act to join
+    /// again). Looks every [`REJOIN_POLL`]; a Secret it cannot read counts as removed (joining
+    /// by mistake would register the cluster again).
+    async fn until_joinable(&self) {
+        let secret = &self.options.credential_secret;
+        let mut said = false;
+        loop {
+            match credential::removed_from_hub(&self.client, secret).await {
+                Ok(None) => {
+                    self.metrics.removed.set(0);
+                    if said {
+                        tracing::info!(%secret, "the credential Secret is gone: joining the hub again");
+                    }
+                    return;
+                }
+                Ok(Some(at)) => {
+                    self.metrics.removed.set(1);
+                    if !said {
+                        tracing::error!(cluster = %self.cluster, %secret, removed_at = %at,
+                            "the hub removed this cluster: hub mode stays stopped; delete the Secret to join again");
+                        said = true;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(%secret, error = %e, "cannot read the credential Secret; hub mode waits")
+                }
+            }
+            tokio::time::sleep(REJOIN_POLL).await;
+        }
+    }
 }
+
+/// How often a removed agent looks whether its credential Secret was deleted.
+pub const REJOIN_POLL: Duration = Duration::from_secs(2);
 
 #[cfg(test)]
 mod tests {

@@ -1,7 +1,8 @@
 //! One leadership term of hub mode: the credential, the heartbeat, the work stream, the applier
 //! and the status reporter, all started together and all dropped together when leadership is
 //! lost. Every failure inside is retried; the term ends by itself only when the hub answers a
-//! heartbeat with `stop` (the cluster was deleted on the hub).
+//! heartbeat with `stop` (the cluster was deleted on the hub): the agent then removes the hub's
+//! work, marks its credential Secret removed-from-hub and says so in a last heartbeat.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use super::HubMode;
 use super::applier::{Applier, ApplierParts};
 use super::backoff::Backoff;
 use super::catalog::ApiCatalog;
+use super::client::CallError;
 use super::credential::Credentials;
 use super::fencer::{self, FencerBinding};
 use super::fencing::{Fence, FenceChange};
@@ -48,7 +50,8 @@ pub fn since_query(cursor: &Cursor) -> String {
     out
 }
 
-/// Runs one term until the hub says stop (then removes the hub's work and the credential).
+/// Runs one term until the hub says stop (then removes the hub's work, marks the credential
+/// Secret removed and tells the hub it stopped).
 pub async fn run(mode: &HubMode) -> Stopped {
     let client = mode.client.clone();
     let options = &mode.options;
@@ -155,14 +158,76 @@ pub async fn run(mode: &HubMode) -> Stopped {
         () = stream => {}
         () = heartbeat => {}
     }
-    tracing::error!(cluster = %mode.cluster, "the hub deleted this cluster: removing its work and the credential; hub mode stops");
+    tracing::error!(cluster = %mode.cluster, "the hub deleted this cluster: removing its work; hub mode stops until the cluster is joined again");
     match applier.remove_everything().await {
         Ok(deleted) => tracing::info!(deleted, "removed the hub's work"),
         Err(e) => tracing::warn!(error = %e, "cannot remove all of the hub's work"),
     }
-    credentials.discard().await;
+    // The work goes first: a restart before the mark finds the Cluster still being deleted
+    // and is told to stop again; after the mark, it stays stopped.
+    let at = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mut backoff = Backoff::new(Duration::from_millis(500), options.timing.max_backoff);
+    for attempt in 1..=MARK_ATTEMPTS {
+        match credentials.mark_removed(&at).await {
+            Ok(()) => break,
+            Err(e) if attempt == MARK_ATTEMPTS => {
+                tracing::error!(secret = %options.credential_secret, error = %e, "cannot mark the credential Secret removed from the hub: a restart may register this cluster again")
+            }
+            Err(e) => {
+                tracing::warn!(secret = %options.credential_secret, error = %e, "marking the credential Secret removed from the hub failed; retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+        }
+    }
+    confirm_stopped(mode, &identity, &credentials).await;
     mode.metrics.connected.set(0);
     Stopped
+}
+
+/// Tries to mark the credential Secret removed this many times.
+const MARK_ATTEMPTS: u32 = 5;
+
+/// The last heartbeat: tells the hub that the hub's work is gone and the agent stopped, so the
+/// hub lets the deleted Cluster go at once instead of after the cluster's lease. Tried until
+/// the hub takes it or no longer knows the cluster (401, 403: it went meanwhile), at most for a
+/// lease duration (the hub lets the Cluster go by then anyway).
+async fn confirm_stopped(mode: &HubMode, identity: &str, credentials: &Credentials) {
+    let Some(credential) = credentials.current() else {
+        return;
+    };
+    let path = heartbeat_path(&mode.cluster);
+    let request = HeartbeatRequest {
+        identity: identity.to_string(),
+        stopped: true,
+        ..HeartbeatRequest::default()
+    };
+    let deadline = Instant::now() + credential.lease_duration;
+    let mut backoff = Backoff::new(Duration::from_millis(200), mode.options.timing.max_backoff);
+    loop {
+        let result: Result<HeartbeatResponse, _> = mode
+            .hub
+            .post("heartbeat", &path, &credential.token, &request)
+            .await;
+        match result {
+            Ok(_) => {
+                tracing::info!("told the hub that this agent stopped");
+                return;
+            }
+            Err(e @ (CallError::Unauthorized { .. } | CallError::Forbidden { .. })) => {
+                tracing::info!(error = %e, "the hub no longer knows this cluster: nothing to confirm");
+                return;
+            }
+            Err(e) if Instant::now() >= deadline => {
+                tracing::warn!(error = %e, "could not tell the hub that this agent stopped; it lets the cluster go when its lease runs out");
+                return;
+            }
+            Err(e) => {
+                let wait = e.retry_after().unwrap_or_else(|| backoff.next_delay());
+                tracing::warn!(error = %e, retry_in = ?wait, "telling the hub that this agent stopped failed");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
 }
 
 async fn refresh_discovery(catalog: Arc<ApiCatalog>, every: Duration) {
@@ -298,6 +363,7 @@ async fn heartbeat(
             fenced,
             member_api_unreachable_seconds: silent.map(|d| d.as_secs()),
             fencing_credential: fencing,
+            stopped: false,
         };
         let result: Result<HeartbeatResponse, _> = mode
             .hub

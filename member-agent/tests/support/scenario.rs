@@ -25,6 +25,27 @@ pub struct FleetHub {
     pub dir: PathBuf,
     /// Keeps the agents running.
     pub agents: tokio::sync::Mutex<BTreeMap<String, SpawnedAgent>>,
+    /// Each member's agent options, to start it again.
+    pub options: BTreeMap<String, HubOptions>,
+}
+
+impl FleetHub {
+    /// Stops `member`'s agent (gracefully, waiting for it) and starts it again with the same
+    /// options, as a restarted agent process would be.
+    pub async fn restart_agent(&self, ctx: &TestContext, member: &str) -> Result<(), TestError> {
+        let mut agents = self.agents.lock().await;
+        if let Some(old) = agents.remove(member) {
+            old.stop().await?;
+        }
+        let options = self
+            .options
+            .get(member)
+            .cloned()
+            .ok_or_else(|| format!("no agent options for {member}"))?;
+        let spawned = super::spawn_agent(&ctx.fleet, member, 4, Some(options)).await?;
+        agents.insert(member.to_string(), spawned.0);
+        Ok(())
+    }
 }
 
 /// Starts the hub (options changed by `hub`) and one agent per member in hub mode (options
@@ -41,19 +62,22 @@ pub async fn start_fleet_hub(
     bootstrap(&client, &dir).await?;
     let members = ctx.fleet.member_names();
     let mut agents = BTreeMap::new();
+    let mut all_options = BTreeMap::new();
     for (i, member) in members.iter().enumerate() {
         let (region, _) = nodes::member_topology(i + 1);
         let mut options =
             super::hub_mode(vec![url.clone()], &dir, &region, &format!("{member}-agent"));
         agent(&mut options);
-        let spawned = super::spawn_agent(&ctx.fleet, member, 4, Some(options)).await?;
+        let spawned = super::spawn_agent(&ctx.fleet, member, 4, Some(options.clone())).await?;
         agents.insert(member.clone(), spawned.0);
+        all_options.insert(member.clone(), options);
     }
     super::hub::until_clusters_ready(&client, members.iter()).await?;
     Ok(FleetHub {
         url,
         dir,
         agents: tokio::sync::Mutex::new(agents),
+        options: all_options,
     })
 }
 
