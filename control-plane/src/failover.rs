@@ -60,8 +60,9 @@ const NODE_NOTICE_REASONS: &[&str] = &["SpotReclamation", "AutopilotNoExecute"];
 pub struct ClusterState {
     /// Since when its Ready condition has not been True (lease expired), if it is not.
     pub not_ready_since: Option<Time>,
-    /// The Cluster is deleted (or being deleted) on the hub: an operator's act that takes the
-    /// cluster out of the fleet (its agent is told to remove the hub's work and stop).
+    /// The Cluster is being deleted on the hub: an operator's act that takes the cluster out of
+    /// the fleet (its agent is told to remove the hub's work and stop; the hub's finalizer holds
+    /// the Cluster until it has, or its lease ran out).
     pub deleted: bool,
 }
 
@@ -886,7 +887,10 @@ fn purge_evidence(
             GoneConfirmedBy::Hub => PurgeEvidence::Hub,
         });
     }
-    if state.is_none_or(|s| s.deleted) {
+    // A Cluster deleted on the hub is held by the hub's finalizer until its agent has removed
+    // the hub's work and stopped (or its lease ran out): gone, it is an operator's word that
+    // nothing runs there any more; while it is held, its agent is still at work.
+    if state.is_none() {
         return Some(PurgeEvidence::ClusterDeleted);
     }
     confirmed
@@ -901,6 +905,15 @@ fn waiting_for_purge(
     cluster: &str,
     state: Option<&ClusterState>,
 ) -> Blocked {
+    if state.is_some_and(|s| s.deleted) {
+        return Blocked {
+            cluster: cluster.to_string(),
+            reason: BLOCKED_WAITING_FOR_PURGE,
+            message: format!(
+                "the new copy waits until the Cluster {cluster}, being deleted, is gone: its agent removes the hub's work and stops, or its lease runs out (purgeMode Directly)"
+            ),
+        };
+    }
     let not_ready_since = state.and_then(|s| s.not_ready_since.as_ref());
     let Some(since) = not_ready_since else {
         return Blocked {

@@ -756,16 +756,14 @@ fn directly_on_a_lost_cluster_waits_for_evidence_never_for_time() {
             evidence: PurgeEvidence::Operator,
         }]
     );
-    // the Cluster was deleted on the hub (or is gone)
+    // the Cluster being deleted on the hub: held until its agent removed the work and stopped
     let mut deleted = lost.clone();
     deleted.get_mut("a").unwrap().deleted = true;
-    assert_eq!(
-        settle_at(&b, 130, &deleted, &[]).0,
-        vec![TaskChange::Purged {
-            cluster: "a".into(),
-            evidence: PurgeEvidence::ClusterDeleted,
-        }]
-    );
+    let (changes, d) = settle_at(&b, 130, &deleted, &[]);
+    assert!(changes.is_empty());
+    assert_eq!(d.blocked[0].reason, "WaitingForPurge");
+    assert!(d.blocked[0].message.contains("being deleted"));
+    // ... and once it is gone
     deleted.remove("a");
     assert_eq!(
         settle_at(&b, 130, &deleted, &[]).0,
