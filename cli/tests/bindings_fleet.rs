@@ -79,7 +79,8 @@ async fn bindings(ctx: Arc<TestContext>) -> TestResult {
                  "producer": "lifeboat-hub", "suppressDeletion": true,
                  "creationTimestamp": "2026-11-23T10:00:00Z"},
                 {"fromCluster": "member-3", "purgeMode": "Directly", "reason": "ClusterFailure",
-                 "producer": "lifeboat-hub", "creationTimestamp": "2026-11-23T10:00:00Z"}
+                 "producer": "lifeboat-hub", "creationTimestamp": "2026-11-23T10:00:00Z",
+                 "purgedAt": "2026-11-23T10:00:05Z"}
             ]
         }
     }))?;
@@ -134,11 +135,11 @@ async fn bindings(ctx: Arc<TestContext>) -> TestResult {
         format!("get bindings -o json: {ours}"),
     )?;
 
-    // confirm-purge: refused for a Directly eviction and for a cluster not evicted; nothing
-    // written.
+    // confirm-purge: refused for a Directly eviction already confirmed gone and for a cluster
+    // not evicted; nothing written.
     let binding_arg = format!("{ns}/{BINDING}");
     for (cluster, needle) in [
-        ("member-3", "has purgeMode Directly, not Never"),
+        ("member-3", "was already confirmed gone"),
         ("member-2", "has no eviction from member-2"),
     ] {
         let out = lifeboatctl(&ctx, &["confirm-purge", &binding_arg, cluster])?;
