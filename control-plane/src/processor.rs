@@ -1906,7 +1906,10 @@ mod tests {
         let item = &state.items(&key())[0];
         assert_eq!(item.health, ResourceHealth::Unhealthy);
         assert_eq!(item.failure_class, Some(FailureClass::Infrastructure));
-        assert_eq!(item.unhealthy_since, Some(at(5)));
+        assert_eq!(
+            item.unhealthy_since,
+            Some(lifeboat_api::time::stored(at(5).0))
+        );
         assert_eq!(p.transitions.len(), 1);
         assert_eq!(p.transitions[0].to, ResourceHealth::Unhealthy);
     }
