@@ -518,7 +518,7 @@ impl Binder {
     /// it wrote (the binding's conditions, Events, the ledger: [`Report`]) runs after the spec
     /// write and the dispatch, off the worker, so a burst of failovers waits on one binding
     /// write each; the key stays busy until its report is done (the next reconcile of that
-    /// binding comes after it), and at most `workers` reports run at once.
+    /// binding comes after it), and at most `workers` reports run at once, the others queue.
     pub async fn run_workers(self: Arc<Self>, workers: usize) {
         let reports = Arc::new(tokio::sync::Semaphore::new(workers.max(1)));
         let mut handles = Vec::new();
@@ -551,13 +551,14 @@ impl Binder {
                         binder.settle(&key, outcome, &span);
                         continue;
                     };
-                    let Ok(permit) = reports.clone().acquire_owned().await else {
-                        return;
-                    };
-                    let binder = binder.clone();
+                    // The worker goes on to the next decision at once; reports queue for a
+                    // permit (a burst's spec writes come before its reports).
+                    let (binder, reports) = (binder.clone(), reports.clone());
                     tokio::spawn(async move {
-                        let reported = binder.report(report).instrument(span.clone()).await;
-                        drop(permit);
+                        let reported = match reports.acquire_owned().await {
+                            Ok(_permit) => binder.report(report).instrument(span.clone()).await,
+                            Err(_) => Ok(()),
+                        };
                         binder.settle(&key, reported.and(outcome), &span);
                     });
                 }
