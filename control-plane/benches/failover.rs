@@ -71,7 +71,7 @@ const CREATE_CONCURRENCY: usize = 16;
 /// The class and message the agent writes when an AppWrapper's pod failed on a broken node.
 const FAILURE: &str = "[Infrastructure] node gpu-node-7 NotReady";
 /// Longest wait for one failover before the bench gives up.
-const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -159,6 +159,9 @@ fn args() -> Result<Args, String> {
 /// One failover the bench waits for: the binding's work leaves cluster `from`.
 struct Pending {
     from: String,
+    /// The hub answered the report: the processor took it (the agent API and the processor's
+    /// part are done; the binder's begins).
+    answered: Option<Instant>,
     /// The binding's status shows the placement on `from` Unhealthy.
     unhealthy: Option<Instant>,
     /// The binding's `evictionHistory` names `from`.
@@ -179,6 +182,7 @@ impl Tracker {
             key.clone(),
             Pending {
                 from: from.to_string(),
+                answered: None,
                 unhealthy: None,
                 evicted: None,
                 dispatched: None,
@@ -219,6 +223,12 @@ impl Tracker {
         }
     }
 
+    fn answered(&self, key: &WorkKey, at: Instant) {
+        if let Some(p) = self.lock().get_mut(key) {
+            p.answered = Some(at);
+        }
+    }
+
     fn handed(&self, handed: &Handed) {
         let mut pending = self.lock();
         if let Some(p) = pending.get_mut(&handed.key)
@@ -256,7 +266,9 @@ impl Tracker {
                 let missing: Vec<String> = keys
                     .iter()
                     .filter_map(|k| {
-                        let p = pending.get(k)?;
+                        let p = pending
+                            .get(k)
+                            .filter(|p| p.evicted.is_none() || p.dispatched.is_none())?;
                         Some(format!(
                             "{k} (evicted {}, dispatched {})",
                             p.evicted.is_some(),
@@ -460,6 +472,19 @@ fn figures(case: &str, done: &[(Instant, Pending)]) {
         ms(|p| p.evicted.max(p.dispatched)),
     );
     summary(
+        &format!("{case}:   report → answered (agent API and status processor)"),
+        ms(|p| p.answered),
+    );
+    let hub_share: Vec<f64> = done
+        .iter()
+        .filter_map(|(_, p)| Some(p.dispatched?.saturating_duration_since(p.answered?)))
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    summary(
+        &format!("{case}:   answered → work on another cluster's stream (binder)"),
+        hub_share,
+    );
+    summary(
         &format!("{case}:   report → binding status Unhealthy seen"),
         ms(|p| p.unhealthy),
     );
@@ -528,11 +553,14 @@ async fn burst(
         requests.push((agent, item));
     }
     let sent = Instant::now();
-    let responses = futures::future::join_all(
-        requests
-            .into_iter()
-            .map(|(agent, item)| agent.report(vec![item])),
-    )
+    let responses = futures::future::join_all(requests.into_iter().map(|(agent, item)| {
+        let key = item.key.clone();
+        async move {
+            let response = agent.report(vec![item]).await;
+            tracker.answered(&key, Instant::now());
+            response
+        }
+    }))
     .await;
     for response in responses {
         let response = response?;
@@ -578,6 +606,7 @@ async fn decision(
         tracker.expect(&key, &agent.cluster);
         let sent = Instant::now();
         let response = agent.report(vec![item]).await?;
+        tracker.answered(&key, Instant::now());
         if !response.rejected.is_empty() {
             return Err(format!("failure report rejected: {:?}", response.rejected).into());
         }
