@@ -198,6 +198,8 @@ pub struct Binder {
     fencer: Option<FenceHandle>,
     /// New status from the processor, decided on before it is written ([`crate::handoff`]).
     handoff: Option<Arc<Handoff>>,
+    /// What the failover phase read of each binding at its last pass ([`decision_view`]).
+    decided: Mutex<HashMap<WorkKey, u64>>,
 }
 
 /// A hash of everything placement and failover read of a Cluster: all of it but the heartbeat
@@ -306,6 +308,7 @@ impl Binder {
             cluster_fingerprints: Mutex::new(HashMap::new()),
             fencer: None,
             handoff: None,
+            decided: Mutex::new(HashMap::new()),
         }
     }
 
@@ -479,10 +482,23 @@ impl Binder {
 
     /// A binding changed (its status, mostly): its template is bound again when the failover
     /// phase may have something to decide.
+    /// A binding that shows what the last pass already decided on (the echo of the binder's
+    /// own spec write, or of a status write it decided on before it was written) is not looked
+    /// at again: in a burst of failovers those echoes were most of the binder's passes.
     pub fn binding_changed(&self, binding: &ResourceBinding) {
-        if failover_phase::wants_a_look(binding)
-            && let Some(key) = template_key_of(binding)
-        {
+        if !failover_phase::wants_a_look(binding) {
+            return;
+        }
+        let seen = self
+            .decided
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dispatch::work_key(binding))
+            .copied();
+        if seen.is_some() && seen == Some(decision_view(binding)) {
+            return;
+        }
+        if let Some(key) = template_key_of(binding) {
             self.queue.add(key);
         }
     }
@@ -491,6 +507,10 @@ impl Binder {
     /// exists) is bound again.
     pub fn binding_deleted(&self, binding: &ResourceBinding) {
         let key = dispatch::work_key(binding);
+        self.decided
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
         let clusters = self
             .dispatched
             .lock()
@@ -721,6 +741,15 @@ impl Binder {
                 policy,
             )
             .await?;
+        if let Some(seen) = &existing {
+            // What this pass decided on, at the generation it wrote.
+            let mut view = (**seen).clone();
+            view.metadata.generation = binding.metadata.generation;
+            self.decided
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(dispatch::work_key(&binding), decision_view(&view));
+        }
         let placed: Vec<&str> = binding
             .spec
             .clusters
@@ -1204,6 +1233,26 @@ pub fn template_key_of(binding: &ResourceBinding) -> Option<TemplateKey> {
         namespace: binding.metadata.namespace.clone().unwrap_or_default(),
         name: binding.spec.resource.name.clone(),
     })
+}
+
+/// What the failover phase reads of a binding besides its template, policy and the clusters: its
+/// spec (by generation), annotations (manual resets, purge confirmations) and per-cluster
+/// status, hashed.
+fn decision_view(binding: &ResourceBinding) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    binding.metadata.generation.hash(&mut hasher);
+    binding.metadata.annotations.hash(&mut hasher);
+    serde_json::to_string(
+        &binding
+            .status
+            .as_ref()
+            .map(|s| s.aggregated_status.as_slice())
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default()
+    .hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Whether the failover phase reads this binding's per-cluster status (a failover policy, or
