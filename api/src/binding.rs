@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{NodeSelector, Toleration};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -427,9 +427,10 @@ pub struct GracefulEvictionTask {
     pub purged_at: Option<Time>,
     /// FailingSince (Lifeboat): when the trouble that caused the eviction began (the copy's
     /// `unhealthySince`, or since when its cluster was not Ready); the failover duration runs
-    /// from here to the new placement Healthy.
+    /// from here to the new placement Healthy. RFC 3339 with microseconds; a value without a
+    /// fraction was written with whole seconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failing_since: Option<Time>,
+    pub failing_since: Option<MicroTime>,
 }
 
 /// A past eviction (Lifeboat; the "activeEvictionHistory" of Karmada's proposal, kept after the
@@ -607,9 +608,11 @@ pub struct AggregatedStatusItem {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_healthy_time: Option<Time>,
     /// Since when the resource has been Unhealthy without a Healthy report in between (Unknown
-    /// does not reset it). The toleration counts from here.
+    /// does not reset it). The toleration counts from here. RFC 3339 with microseconds, never
+    /// earlier than the hub took the report; a value without a fraction was written with whole
+    /// seconds (an older hub) and counts from the end of its second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub unhealthy_since: Option<Time>,
+    pub unhealthy_since: Option<MicroTime>,
     /// The work revision the agent last reported on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_revision: Option<i64>,

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Taint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -133,6 +133,12 @@ pub struct ClusterStatus {
         deserialize_with = "null_as_default"
     )]
     pub conditions: Vec<Condition>,
+    /// (Lifeboat) While `Ready` is not True: since when, RFC 3339 with microseconds (the
+    /// condition's `lastTransitionTime` keeps whole seconds; the cluster toleration counts from
+    /// here). Absent while Ready, and on Clusters an older hub wrote (the toleration
+    /// then counts from the end of the condition's written second).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready_since: Option<MicroTime>,
     /// When the agent last renewed its lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<Time>,

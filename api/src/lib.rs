@@ -19,7 +19,8 @@
 //! names), [`binding`] (`work.lifeboat.dev/v1alpha1` ResourceBinding) and [`config`]
 //! (`config.lifeboat.dev/v1alpha1` ResourceInterpreterCustomization) are the hub's CRDs;
 //! [`protocol`] holds the versioned JSON types of the agent ↔ hub API, [`fencing`] the names of
-//! the fencing credential a member gives the hub.
+//! the fencing credential a member gives the hub, [`time`] the microsecond times tolerations
+//! count from.
 //!
 //! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary ([`crds`]).
 
@@ -36,3 +37,4 @@ pub mod protocol;
 pub mod quantity;
 pub mod selector;
 pub mod serde_helpers;
+pub mod time;

@@ -293,6 +293,7 @@ async fn start_pipeline(
             written: None,
             full_reports: None,
             write_concurrency: 8,
+            handoff: None,
         },
     );
     Ok((

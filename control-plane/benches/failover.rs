@@ -5,7 +5,7 @@
 //! taken in this process: the instant a report is sent, and, through a watch of the bindings
 //! and the agents' work streams, the instants the hub's results arrive.
 //!
-//! `--decision` (hub decision latency): `--templates` (1,000) AppWrappers over `--clusters`
+//! `--decision` (hub decision latency): `--templates` (1,500) AppWrappers over `--clusters`
 //! (10) clusters, an equal share on each (the clusters register one at a time, from the last
 //! name to the first, and a share is created after each: the scheduler breaks ties between
 //! identical clusters by name, so every failover goes to `gpu-000`, or `gpu-001` from there),
@@ -31,8 +31,16 @@
 //! 1,000th binding's work appeared on another cluster's stream. The hub's cluster eviction rate
 //! is its default (`--cluster-eviction-rate`, 50 bindings/s).
 //!
+//! Also from the instant the agent stopped (the hub sees only silence) to the first and the last
+//! binding dispatched elsewhere. `--heartbeat` (2 s) is the agents' heartbeat interval; the
+//! hub's fast profile (README) is `--lease 3 --heartbeat 1 --toleration 0`.
+//!
+//! After the bursts of `--burst`, one burst of `--big-burst` (1,000; 0 for none) reports at
+//! once; `--templates` is then 1,500 (1,000 with `--cluster-loss`).
+//!
 //!   cargo bench --profile dev -p lifeboat-hub --bench failover -- --decision
 //!   cargo bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss
+//!   cargo bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss --lease 3 --heartbeat 1 --toleration 0 --templates 100
 
 #[path = "support/sim_agent.rs"]
 mod sim_agent;
@@ -63,7 +71,7 @@ const CREATE_CONCURRENCY: usize = 16;
 /// The class and message the agent writes when an AppWrapper's pod failed on a broken node.
 const FAILURE: &str = "[Infrastructure] node gpu-node-7 NotReady";
 /// Longest wait for one failover before the bench gives up.
-const FAILOVER_TIMEOUT: Duration = Duration::from_secs(60);
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(180);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mode {
@@ -78,21 +86,27 @@ struct Args {
     spaced: usize,
     bursts: usize,
     burst: usize,
+    /// One more burst of this many after the others (0: none).
+    big_burst: usize,
     toleration: u64,
     lease: u64,
+    heartbeat: u64,
 }
 
 fn args() -> Result<Args, String> {
     let mut parsed = Args {
         mode: Mode::Decision,
-        templates: 1_000,
+        templates: 1_500,
         clusters: 10,
         spaced: 200,
         bursts: 3,
         burst: 100,
+        big_burst: 1_000,
         toleration: 10,
         lease: 10,
+        heartbeat: 2,
     };
+    let mut templates_given = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| {
@@ -103,7 +117,12 @@ fn args() -> Result<Args, String> {
         match arg.as_str() {
             "--decision" => parsed.mode = Mode::Decision,
             "--cluster-loss" => parsed.mode = Mode::ClusterLoss,
-            "--templates" => parsed.templates = value("--templates")?,
+            "--templates" => {
+                parsed.templates = value("--templates")?;
+                templates_given = true;
+            }
+            "--big-burst" => parsed.big_burst = value("--big-burst")?,
+            "--heartbeat" => parsed.heartbeat = value("--heartbeat")? as u64,
             "--clusters" => parsed.clusters = value("--clusters")?,
             "--spaced" => parsed.spaced = value("--spaced")?,
             "--bursts" => parsed.bursts = value("--bursts")?,
@@ -114,15 +133,24 @@ fn args() -> Result<Args, String> {
             _ => {}
         }
     }
+    if parsed.mode == Mode::ClusterLoss && !templates_given {
+        parsed.templates = 1_000;
+    }
+    if parsed.heartbeat == 0 || parsed.heartbeat >= parsed.lease {
+        return Err(format!(
+            "--heartbeat {} must be greater than 0 and less than --lease {}",
+            parsed.heartbeat, parsed.lease
+        ));
+    }
     if parsed.clusters < 2 {
         return Err("--clusters must be at least 2 (a failover needs somewhere to go)".into());
     }
     if parsed.mode == Mode::Decision
-        && parsed.spaced + parsed.bursts * parsed.burst > parsed.templates
+        && parsed.spaced + parsed.bursts * parsed.burst + parsed.big_burst > parsed.templates
     {
         return Err(format!(
-            "--spaced {} + --bursts {} × --burst {} fail more bindings than --templates {}",
-            parsed.spaced, parsed.bursts, parsed.burst, parsed.templates
+            "--spaced {} + --bursts {} × --burst {} + --big-burst {} fail more bindings than --templates {}",
+            parsed.spaced, parsed.bursts, parsed.burst, parsed.big_burst, parsed.templates
         ));
     }
     Ok(parsed)
@@ -131,6 +159,9 @@ fn args() -> Result<Args, String> {
 /// One failover the bench waits for: the binding's work leaves cluster `from`.
 struct Pending {
     from: String,
+    /// The hub answered the report: the processor took it (the agent API and the processor's
+    /// part are done; the binder's begins).
+    answered: Option<Instant>,
     /// The binding's status shows the placement on `from` Unhealthy.
     unhealthy: Option<Instant>,
     /// The binding's `evictionHistory` names `from`.
@@ -151,6 +182,7 @@ impl Tracker {
             key.clone(),
             Pending {
                 from: from.to_string(),
+                answered: None,
                 unhealthy: None,
                 evicted: None,
                 dispatched: None,
@@ -191,6 +223,12 @@ impl Tracker {
         }
     }
 
+    fn answered(&self, key: &WorkKey, at: Instant) {
+        if let Some(p) = self.lock().get_mut(key) {
+            p.answered = Some(at);
+        }
+    }
+
     fn handed(&self, handed: &Handed) {
         let mut pending = self.lock();
         if let Some(p) = pending.get_mut(&handed.key)
@@ -228,7 +266,9 @@ impl Tracker {
                 let missing: Vec<String> = keys
                     .iter()
                     .filter_map(|k| {
-                        let p = pending.get(k)?;
+                        let p = pending
+                            .get(k)
+                            .filter(|p| p.evicted.is_none() || p.dispatched.is_none())?;
                         Some(format!(
                             "{k} (evicted {}, dispatched {})",
                             p.evicted.is_some(),
@@ -432,6 +472,19 @@ fn figures(case: &str, done: &[(Instant, Pending)]) {
         ms(|p| p.evicted.max(p.dispatched)),
     );
     summary(
+        &format!("{case}:   report → answered (agent API and status processor)"),
+        ms(|p| p.answered),
+    );
+    let hub_share: Vec<f64> = done
+        .iter()
+        .filter_map(|(_, p)| Some(p.dispatched?.saturating_duration_since(p.answered?)))
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .collect();
+    summary(
+        &format!("{case}:   answered → work on another cluster's stream (binder)"),
+        hub_share,
+    );
+    summary(
         &format!("{case}:   report → binding status Unhealthy seen"),
         ms(|p| p.unhealthy),
     );
@@ -483,6 +536,43 @@ async fn spread(
     Ok(agents)
 }
 
+/// Sends a failure report for each of `chosen` at the same instant (each its own request) and
+/// waits for their failovers; each comes back with that instant.
+async fn burst(
+    agents: &[SimulatedAgent],
+    tracker: &Tracker,
+    chosen: Vec<(usize, WorkKey)>,
+) -> Result<Vec<(Instant, Pending)>, BoxError> {
+    let mut requests = Vec::with_capacity(chosen.len());
+    for (a, key) in &chosen {
+        let agent = &agents[*a];
+        let item = agent
+            .status_of(key, Some(FAILURE))
+            .ok_or_else(|| format!("{} no longer holds {key}", agent.cluster))?;
+        tracker.expect(key, &agent.cluster);
+        requests.push((agent, item));
+    }
+    let sent = Instant::now();
+    let responses = futures::future::join_all(requests.into_iter().map(|(agent, item)| {
+        let key = item.key.clone();
+        async move {
+            let response = agent.report(vec![item]).await;
+            tracker.answered(&key, Instant::now());
+            response
+        }
+    }))
+    .await;
+    for response in responses {
+        let response = response?;
+        if !response.rejected.is_empty() {
+            return Err(format!("failure report rejected: {:?}", response.rejected).into());
+        }
+    }
+    let keys: Vec<WorkKey> = chosen.into_iter().map(|(_, k)| k).collect();
+    let done = tracker.wait(&keys).await?;
+    Ok(done.into_iter().map(|p| (sent, p)).collect())
+}
+
 async fn decision(
     hub: &kube::Client,
     args: &Args,
@@ -516,6 +606,7 @@ async fn decision(
         tracker.expect(&key, &agent.cluster);
         let sent = Instant::now();
         let response = agent.report(vec![item]).await?;
+        tracker.answered(&key, Instant::now());
         if !response.rejected.is_empty() {
             return Err(format!("failure report rejected: {:?}", response.rejected).into());
         }
@@ -533,41 +624,29 @@ async fn decision(
     for round in 1..=args.bursts {
         tokio::time::sleep(Duration::from_secs(2)).await;
         let chosen: Vec<(usize, WorkKey)> = victims.by_ref().take(args.burst).collect();
-        let mut requests = Vec::with_capacity(chosen.len());
-        for (a, key) in &chosen {
-            let agent = &agents[*a];
-            let item = agent
-                .status_of(key, Some(FAILURE))
-                .ok_or_else(|| format!("{} no longer holds {key}", agent.cluster))?;
-            tracker.expect(key, &agent.cluster);
-            requests.push((agent, item));
-        }
-        let sent = Instant::now();
-        let responses = futures::future::join_all(
-            requests
-                .into_iter()
-                .map(|(agent, item)| agent.report(vec![item])),
-        )
-        .await;
-        for response in responses {
-            let response = response?;
-            if !response.rejected.is_empty() {
-                return Err(format!("failure report rejected: {:?}", response.rejected).into());
-            }
-        }
-        let keys: Vec<WorkKey> = chosen.into_iter().map(|(_, k)| k).collect();
-        let done = tracker.wait(&keys).await?;
+        let done = burst(agents, tracker, chosen).await?;
         println!(
             "burst {round}: {} reports sent at once, load average (1 min) {}",
-            keys.len(),
+            done.len(),
             load_average()
         );
-        burst_done.extend(done.into_iter().map(|p| (sent, p)));
+        burst_done.extend(done);
     }
     figures(
         &format!("burst ({} × {})", args.bursts, args.burst),
         &burst_done,
     );
+    if args.big_burst > 0 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let chosen: Vec<(usize, WorkKey)> = victims.by_ref().take(args.big_burst).collect();
+        let done = burst(agents, tracker, chosen).await?;
+        println!(
+            "burst of {}: reports sent at once, load average (1 min) {}",
+            done.len(),
+            load_average()
+        );
+        figures(&format!("burst (1 × {})", args.big_burst), &done);
+    }
     println!(
         "hub: {:.0} failovers counted, {:.0} binder reconciles, {:.0} binding status writes",
         support::metric(registry, "lifeboat_hub_failovers_total", &[]),
@@ -691,6 +770,15 @@ async fn cluster_loss(
         early,
         load_average()
     );
+    println!(
+        "cluster loss: from the agent stopped (the hub sees only silence), first binding dispatched elsewhere after {:.2} s, all {} after {:.2} s (lease {} s, heartbeat every {} s, toleration {} s)",
+        first.saturating_duration_since(stopped).as_secs_f64(),
+        dispatched.len(),
+        last.saturating_duration_since(stopped).as_secs_f64(),
+        args.lease,
+        args.heartbeat,
+        args.toleration
+    );
     Ok(())
 }
 
@@ -700,7 +788,7 @@ async fn bench(fleet: &Fleet, args: &Args) -> Result<(), BoxError> {
     let lease = Duration::from_secs(args.lease);
     let (url, registry) = start_hub(fleet, "failover-bench", |options| {
         options.agent_api.lease_duration = lease;
-        options.agent_api.heartbeat_interval = Duration::from_secs(2);
+        options.agent_api.heartbeat_interval = Duration::from_secs(args.heartbeat);
         options.cluster_health.lease_duration = lease;
     })
     .await?;

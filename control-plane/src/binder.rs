@@ -34,6 +34,7 @@ use crate::failover::{self, AppliedReset};
 use crate::failover_phase::{self, EvictionRateLimiter};
 use crate::failover_record::{FailoverRecorder, PassRecord};
 use crate::fencer::{FenceHandle, FenceRequest};
+use crate::handoff::{Decider, Handoff};
 use crate::interpreters::InterpreterHandle;
 use crate::placement::{Placer, Unschedulable};
 use crate::processor::SharedState;
@@ -195,6 +196,10 @@ pub struct Binder {
     cluster_fingerprints: Mutex<HashMap<String, u64>>,
     /// Asked to fence the old copy of a `Directly` eviction whose cluster cannot say it is gone.
     fencer: Option<FenceHandle>,
+    /// New status from the processor, decided on before it is written ([`crate::handoff`]).
+    handoff: Option<Arc<Handoff>>,
+    /// What the failover phase read of each binding at its last pass ([`decision_view`]).
+    decided: Mutex<HashMap<WorkKey, u64>>,
 }
 
 /// A hash of everything placement and failover read of a Cluster: all of it but the heartbeat
@@ -215,9 +220,6 @@ pub fn decision_fingerprint(cluster: &Cluster) -> u64 {
         .hash(&mut hasher);
     hasher.finish()
 }
-
-/// A binding whose status is on its way is looked at again after this long.
-const STATUS_IN_FLIGHT_RETRY: Duration = Duration::from_millis(100);
 
 /// Karmada's default cluster eviction rate is 0.5 bindings/s; a lost GPU cluster's jobs should
 /// move within a minute, so the hub's default is 100 times that.
@@ -240,6 +242,35 @@ struct FailoverStep {
     /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
     look_again: Option<Duration>,
     settled: Vec<failover::TaskChange>,
+}
+
+/// A reconcile's result: what it leads to, and the report of a pass that wrote and dispatched.
+pub struct Reconciled {
+    pub outcome: Outcome,
+    report: Option<Report>,
+}
+
+impl From<Outcome> for Reconciled {
+    fn from(outcome: Outcome) -> Reconciled {
+        Reconciled {
+            outcome,
+            report: None,
+        }
+    }
+}
+
+/// What a pass reports once its spec is written and its work dispatched ([`Binder::report`]).
+struct Report {
+    binding: Arc<ResourceBinding>,
+    before: Option<Arc<ResourceBinding>>,
+    scheduling: Option<Result<(), Unschedulable>>,
+    policy: AnyPolicy,
+    blocked: Vec<failover::Blocked>,
+    resets: Vec<AppliedReset>,
+    evicted: Vec<failover::Eviction>,
+    settled: Vec<failover::TaskChange>,
+    template: Option<k8s_openapi::api::core::v1::ObjectReference>,
+    now: Time,
 }
 
 /// What a reconcile leads to.
@@ -276,7 +307,16 @@ impl Binder {
             recorder: None,
             cluster_fingerprints: Mutex::new(HashMap::new()),
             fencer: None,
+            handoff: None,
+            decided: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Decides on the processor's new status as soon as it is folded in, before its write
+    /// (which waits for the decision): a failover is then one binding write, the spec.
+    pub fn with_handoff(mut self, handoff: Arc<Handoff>) -> Binder {
+        self.handoff = Some(handoff);
+        self
     }
 
     /// Fences (the hub's own deletion through a member's kube-apiserver) the old copies that
@@ -308,17 +348,31 @@ impl Binder {
         self.deciding.load(Ordering::SeqCst)
     }
 
-    /// A failover decision on this binding would read a status older than the processor's.
-    fn status_in_flight(&self, binding: &ResourceBinding) -> bool {
-        let decides =
-            binding.spec.failover.is_some() || !binding.spec.graceful_eviction_tasks.is_empty();
-        decides
-            && self.status_view.as_ref().is_some_and(|state| {
-                state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .ahead_of(binding)
-            })
+    /// The binding as a decision must see it: with the processor's per-cluster items where
+    /// they are newer than the cached status (a status write on its way, or not yet seen).
+    /// Deciding on them at once, rather than after the write came back through the watch,
+    /// takes a binding write off every failover's path; the resourceVersion the spec write is
+    /// guarded by is the cached binding's, untouched.
+    fn with_newest_status(&self, binding: Arc<ResourceBinding>) -> Arc<ResourceBinding> {
+        if !decides_on_status(&binding) {
+            return binding;
+        }
+        let newest = self.status_view.as_ref().and_then(|state| {
+            state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .newest_items(&binding)
+        });
+        match newest {
+            Some(items) => {
+                let mut seen = (*binding).clone();
+                seen.status
+                    .get_or_insert_with(Default::default)
+                    .aggregated_status = items;
+                Arc::new(seen)
+            }
+            None => binding,
+        }
     }
 
     /// Cluster evictions per second (on average; as many at once).
@@ -428,10 +482,23 @@ impl Binder {
 
     /// A binding changed (its status, mostly): its template is bound again when the failover
     /// phase may have something to decide.
+    /// A binding that shows what the last pass already decided on (the echo of the binder's
+    /// own spec write, or of a status write it decided on before it was written) is not looked
+    /// at again: in a burst of failovers those echoes were most of the binder's passes.
     pub fn binding_changed(&self, binding: &ResourceBinding) {
-        if failover_phase::wants_a_look(binding)
-            && let Some(key) = template_key_of(binding)
-        {
+        if !failover_phase::wants_a_look(binding) {
+            return;
+        }
+        let seen = self
+            .decided
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&dispatch::work_key(binding))
+            .copied();
+        if seen.is_some() && seen == Some(decision_view(binding)) {
+            return;
+        }
+        if let Some(key) = template_key_of(binding) {
             self.queue.add(key);
         }
     }
@@ -440,6 +507,10 @@ impl Binder {
     /// exists) is bound again.
     pub fn binding_deleted(&self, binding: &ResourceBinding) {
         let key = dispatch::work_key(binding);
+        self.decided
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
         let clusters = self
             .dispatched
             .lock()
@@ -463,13 +534,25 @@ impl Binder {
         }
     }
 
-    /// Runs `workers` reconcile loops until the queue is closed.
+    /// Runs `workers` reconcile loops until the queue is closed. A reconcile's report of what
+    /// it wrote (the binding's conditions, Events, the ledger: [`Report`]) runs after the spec
+    /// write and the dispatch, off the worker, so a burst of failovers waits on one binding
+    /// write each; the key stays busy until its report is done (the next reconcile of that
+    /// binding comes after it), and at most `workers` reports run at once, the others queue.
     pub async fn run_workers(self: Arc<Self>, workers: usize) {
+        let reports = Arc::new(tokio::sync::Semaphore::new(workers.max(1)));
         let mut handles = Vec::new();
         for _ in 0..workers.max(1) {
             let binder = self.clone();
+            let reports = reports.clone();
             handles.push(tokio::spawn(async move {
                 while let Some(key) = binder.queue.next().await {
+                    // The processor's status writes held for this decision end with it.
+                    let held = binder
+                        .handoff
+                        .as_ref()
+                        .zip(work_key_of(&key))
+                        .map(|(handoff, work)| (handoff.deciding(&work), work));
                     // `clusters` is filled once the pass knows the placement.
                     let span = tracing::info_span!(
                         "bind",
@@ -477,25 +560,27 @@ impl Binder {
                         clusters = tracing::field::Empty
                     );
                     let result = binder.reconcile(&key).instrument(span.clone()).await;
-                    let label = match &result {
-                        Ok(_) => "ok",
-                        Err(e) => e.metric_label(),
-                    };
-                    binder.metrics.reconciles.with_label_values(&[label]).inc();
-                    match result {
-                        Ok(Outcome::Done) => {}
-                        Ok(Outcome::RetryAfter(d)) => binder.queue.add_after(key.clone(), d),
-                        Err(BindError::Conflict) => binder
-                            .queue
-                            .add_after(key.clone(), Duration::from_millis(50)),
-                        Err(e) => {
-                            span.in_scope(
-                                || tracing::warn!(error = %e, "binding failed; retrying"),
-                            );
-                            binder.queue.add_after(key.clone(), Duration::from_secs(5));
-                        }
+                    if let (Some(handoff), Some((seen, work))) = (&binder.handoff, &held) {
+                        handoff.done(work, *seen);
                     }
-                    binder.queue.done(&key);
+                    let (outcome, report) = match result {
+                        Ok(Reconciled { outcome, report }) => (Ok(outcome), report),
+                        Err(e) => (Err(e), None),
+                    };
+                    let Some(report) = report else {
+                        binder.settle(&key, outcome, &span);
+                        continue;
+                    };
+                    // The worker goes on to the next decision at once; reports queue for a
+                    // permit (a burst's spec writes come before its reports).
+                    let (binder, reports) = (binder.clone(), reports.clone());
+                    tokio::spawn(async move {
+                        let reported = match reports.acquire_owned().await {
+                            Ok(_permit) => binder.report(report).instrument(span.clone()).await,
+                            Err(_) => Ok(()),
+                        };
+                        binder.settle(&key, reported.and(outcome), &span);
+                    });
                 }
             }));
         }
@@ -504,20 +589,81 @@ impl Binder {
         }
     }
 
-    /// Decides and applies one template's binding.
-    pub async fn reconcile(&self, key: &TemplateKey) -> Result<Outcome, BindError> {
+    /// Counts a reconcile, queues it again as its outcome says, and frees its key.
+    fn settle(&self, key: &TemplateKey, result: Result<Outcome, BindError>, span: &tracing::Span) {
+        let label = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.metric_label(),
+        };
+        self.metrics.reconciles.with_label_values(&[label]).inc();
+        match result {
+            Ok(Outcome::Done) => {}
+            Ok(Outcome::RetryAfter(d)) => self.queue.add_after(key.clone(), d),
+            Err(BindError::Conflict) => {
+                self.queue.add_after(key.clone(), Duration::from_millis(50))
+            }
+            Err(e) => {
+                span.in_scope(|| tracing::warn!(error = %e, "binding failed; retrying"));
+                self.queue.add_after(key.clone(), Duration::from_secs(5));
+            }
+        }
+        self.queue.done(key);
+    }
+
+    /// Reports a pass whose spec is written and dispatched: the binding's conditions, fences
+    /// asked for, confirmations pruned, and the ledger, Events and metrics.
+    async fn report(&self, report: Report) -> Result<(), BindError> {
+        let Report {
+            binding,
+            before,
+            scheduling,
+            policy,
+            blocked,
+            resets,
+            evicted,
+            settled,
+            template,
+            now,
+        } = report;
+        self.apply_status(&binding, scheduling.as_ref(), Some(&policy), &blocked, &now)
+            .await?;
+        self.ask_for_fences(&binding, &blocked);
+        self.prune_confirmations(&binding).await?;
+        if let Some(recorder) = &self.recorder {
+            recorder
+                .record(PassRecord {
+                    before: before.as_deref(),
+                    after: &binding,
+                    evicted: &evicted,
+                    resets: &resets,
+                    settled: &settled,
+                    blocked: &blocked,
+                    template,
+                    now: &now,
+                })
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Decides and applies one template's binding: the spec written and the work dispatched;
+    /// the report of the pass is left to the caller ([`Binder::report`]).
+    pub async fn reconcile(&self, key: &TemplateKey) -> Result<Reconciled, BindError> {
         let Some(kind) = key.template_kind() else {
-            return Ok(Outcome::Done);
+            return Ok(Outcome::Done.into());
         };
         let binding_name = api_binding::binding_name(&key.name, kind.kind);
-        let existing = self.caches.binding(&key.namespace, &binding_name);
+        let existing = self
+            .caches
+            .binding(&key.namespace, &binding_name)
+            .map(|b| self.with_newest_status(b));
         let Some(template) = self.caches.templates.get(key) else {
             // Gone: the garbage collector deletes the binding (it is owned by the template),
             // and the binding's deletion takes the work off the members.
-            return Ok(Outcome::Done);
+            return Ok(Outcome::Done.into());
         };
         if template.metadata.deletion_timestamp.is_some() {
-            return Ok(Outcome::Done);
+            return Ok(Outcome::Done.into());
         }
         let template_json =
             serde_json::to_value(&*template).map_err(|source| BindError::Serialization {
@@ -530,12 +676,7 @@ impl Binder {
             if let Some(binding) = &existing {
                 self.dispatch(binding, &template_json)?;
             }
-            return Ok(Outcome::Done);
-        }
-        if let Some(current) = &existing
-            && self.status_in_flight(current)
-        {
-            return Ok(Outcome::RetryAfter(STATUS_IN_FLIGHT_RETRY));
+            return Ok(Outcome::Done.into());
         }
         let labels = template.labels().clone();
         let meta = TemplateMeta {
@@ -552,7 +693,7 @@ impl Binder {
                 self.unbound(&binding, &policies).await?;
                 self.dispatch(&binding, &template_json)?;
             }
-            return Ok(Outcome::Done);
+            return Ok(Outcome::Done.into());
         };
         let replicas = self.replicas(&template_json)?;
         let uid = template.metadata.uid.clone().unwrap_or_default();
@@ -600,6 +741,15 @@ impl Binder {
                 policy,
             )
             .await?;
+        if let Some(seen) = &existing {
+            // What this pass decided on, at the generation it wrote.
+            let mut view = (**seen).clone();
+            view.metadata.generation = binding.metadata.generation;
+            self.decided
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(dispatch::work_key(&binding), decision_view(&view));
+        }
         let placed: Vec<&str> = binding
             .spec
             .clusters
@@ -610,27 +760,23 @@ impl Binder {
         // The spec (placement, eviction) is written: dispatch before the status write, which
         // only reports the pass (conditions) and is not an input of the work.
         self.dispatch(&binding, &template_json)?;
-        self.apply_status(&binding, scheduling.as_ref(), Some(policy), &blocked, &now)
-            .await?;
-        self.ask_for_fences(&binding, &blocked);
-        self.prune_confirmations(&binding).await?;
-        if let Some(recorder) = &self.recorder {
-            recorder
-                .record(PassRecord {
-                    before: existing.as_deref(),
-                    after: &binding,
-                    evicted: &evicted,
-                    resets: &resets,
-                    settled: &settled,
-                    blocked: &blocked,
-                    template: self.caches.templates.object_ref(key),
-                    now: &now,
-                })
-                .await;
-        }
-        Ok(match retry {
-            Some(after) => Outcome::RetryAfter(after),
-            None => Outcome::Done,
+        Ok(Reconciled {
+            outcome: match retry {
+                Some(after) => Outcome::RetryAfter(after),
+                None => Outcome::Done,
+            },
+            report: Some(Report {
+                binding,
+                before: existing,
+                scheduling,
+                policy: policy.clone(),
+                blocked,
+                resets,
+                evicted,
+                settled,
+                template: self.caches.templates.object_ref(key),
+                now,
+            }),
         })
     }
 
@@ -1087,6 +1233,62 @@ pub fn template_key_of(binding: &ResourceBinding) -> Option<TemplateKey> {
         namespace: binding.metadata.namespace.clone().unwrap_or_default(),
         name: binding.spec.resource.name.clone(),
     })
+}
+
+/// What the failover phase reads of a binding besides its template, policy and the clusters: its
+/// spec (by generation), annotations (manual resets, purge confirmations) and per-cluster
+/// status, hashed.
+fn decision_view(binding: &ResourceBinding) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    binding.metadata.generation.hash(&mut hasher);
+    binding.metadata.annotations.hash(&mut hasher);
+    serde_json::to_string(
+        &binding
+            .status
+            .as_ref()
+            .map(|s| s.aggregated_status.as_slice())
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default()
+    .hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether the failover phase reads this binding's per-cluster status (a failover policy, or
+/// eviction tasks to settle).
+fn decides_on_status(binding: &ResourceBinding) -> bool {
+    binding.spec.failover.is_some() || !binding.spec.graceful_eviction_tasks.is_empty()
+}
+
+/// The binding (work) key of a template.
+fn work_key_of(key: &TemplateKey) -> Option<WorkKey> {
+    let kind = key.template_kind()?;
+    Some(WorkKey {
+        namespace: key.namespace.clone(),
+        name: api_binding::binding_name(&key.name, kind.kind),
+    })
+}
+
+impl Decider for Binder {
+    /// Queues the binding's template when the failover phase reads its status (and decisions
+    /// are on): the decision then sees the new items before they are written.
+    fn status_changed(&self, key: &WorkKey) -> bool {
+        if !self.is_deciding() {
+            return false;
+        }
+        let Some(binding) = self.caches.binding(&key.namespace, &key.name) else {
+            return false;
+        };
+        if !decides_on_status(&binding) {
+            return false;
+        }
+        let Some(template) = template_key_of(&binding) else {
+            return false;
+        };
+        self.queue.add(template);
+        true
+    }
 }
 
 /// `PropagationPolicy/ns/name` or `ClusterPropagationPolicy/name` (also a label value once

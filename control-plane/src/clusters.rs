@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Taint;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -323,6 +323,8 @@ pub fn judge(
 pub struct Shown {
     pub ready: Option<Condition>,
     pub taint: Option<Taint>,
+    /// `status.notReadySince`.
+    pub not_ready_since: Option<MicroTime>,
 }
 
 impl Shown {
@@ -339,6 +341,10 @@ impl Shown {
                 .iter()
                 .find(|t| is_monitor_taint(t))
                 .cloned(),
+            not_ready_since: cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.not_ready_since.clone()),
         }
     }
 
@@ -380,6 +386,25 @@ pub fn ready_condition(
         message: verdict.message.clone(),
         last_transition_time,
         observed_generation: generation,
+    }
+}
+
+/// `status.notReadySince` for `verdict`: none while Ready; kept while the condition keeps its
+/// status (and so its transition time); else `now` to the microsecond, never earlier
+/// (`lifeboat_api::time::stored`). A not-Ready Cluster an older hub wrote has none, and keeps
+/// none until its next transition: its toleration counts from the end of the condition's second.
+pub fn not_ready_since(verdict: &Verdict, shown: &Shown, now: Timestamp) -> Option<MicroTime> {
+    if verdict.health == ClusterHealth::Ready {
+        return None;
+    }
+    let kept = shown
+        .ready
+        .as_ref()
+        .is_some_and(|c| c.status == verdict.health.condition_status());
+    if kept {
+        shown.not_ready_since.clone()
+    } else {
+        Some(lifeboat_api::time::stored(now))
     }
 }
 
@@ -770,11 +795,16 @@ impl ClusterHealthMonitor {
         let api: Api<Cluster> = Api::all(self.client.clone());
         let params = PatchParams::apply(FIELD_MANAGER).force();
         let condition = ready_condition(verdict, shown, cluster.metadata.generation, now);
+        let mut fields = serde_json::json!({"conditions": [condition]});
+        if let Some(since) = not_ready_since(verdict, shown, now) {
+            // Left out once Ready: server-side apply then removes it.
+            fields["notReadySince"] = serde_json::json!(since);
+        }
         let status = serde_json::json!({
             "apiVersion": Cluster::api_version(&()),
             "kind": Cluster::kind(&()),
             "metadata": {"name": name},
-            "status": {"conditions": [condition]},
+            "status": fields,
         });
         if let Some(key) = verdict.health.taint_key() {
             // Applying only this one removes the other taint of this manager, if it was set.
@@ -1111,6 +1141,40 @@ pub(crate) mod tests {
         assert_eq!(again.last_transition_time, Time(at(5)));
         let ready = ready_condition(&verdict(ClusterHealth::Ready), &shown, Some(1), at(9));
         assert_eq!(ready.last_transition_time, Time(at(9)));
+    }
+
+    #[test]
+    fn not_ready_since_keeps_the_transition_to_the_microsecond() {
+        let mut c = cluster(0, true);
+        let lost_at = at(5)
+            .checked_add(k8s_openapi::jiff::SignedDuration::from_millis(300))
+            .unwrap();
+        let unreachable = verdict(ClusterHealth::Unreachable);
+        let since = not_ready_since(&unreachable, &Shown::of(&c), lost_at).unwrap();
+        assert_eq!(since, lifeboat_api::time::stored(lost_at));
+        assert!(since.0 >= lost_at);
+        let condition = ready_condition(&unreachable, &Shown::of(&c), None, lost_at);
+        let status = c.status.as_mut().unwrap();
+        status.conditions = vec![condition];
+        status.not_ready_since = Some(since.clone());
+        // a later pass with the same status keeps it
+        assert_eq!(
+            not_ready_since(&unreachable, &Shown::of(&c), at(9)),
+            Some(since)
+        );
+        // another not-Ready status is a new transition, as the condition's time is
+        let silent = verdict(ClusterHealth::MemberApiUnreachable);
+        assert_eq!(
+            not_ready_since(&silent, &Shown::of(&c), at(9)),
+            Some(lifeboat_api::time::stored(at(9)))
+        );
+        assert_eq!(
+            not_ready_since(&verdict(ClusterHealth::Ready), &Shown::of(&c), at(9)),
+            None
+        );
+        // an older hub's not-Ready Cluster (no notReadySince) gets none until it changes
+        c.status.as_mut().unwrap().not_ready_since = None;
+        assert_eq!(not_ready_since(&unreachable, &Shown::of(&c), at(9)), None);
     }
 
     fn status_json(value: serde_json::Value) -> ClusterStatus {

@@ -32,7 +32,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jsonpath_rust::JsonPath;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use lifeboat_api::binding::{
     ANNOTATION_RESET_REQUEST, AggregatedStatusItem, BLOCKED_NEVER_HEALTHY,
@@ -94,7 +94,7 @@ pub struct Eviction {
     pub block_seconds: Option<i32>,
     /// When the trouble began: the copy's `unhealthySince`, or since when the cluster was not
     /// Ready (`None`: a deleted cluster).
-    pub failing_since: Option<Time>,
+    pub failing_since: Option<MicroTime>,
 }
 
 /// Ask the cluster's agent to delete and recreate the workload.
@@ -156,6 +156,11 @@ impl Decision {
             self.next_check = Some(at);
         }
     }
+}
+
+/// `t` without its fraction of a second (as a whole-second field keeps it).
+fn whole_second(t: &Time) -> Timestamp {
+    Timestamp::from_second(t.0.as_second()).unwrap_or(t.0)
 }
 
 fn plus(t: &Time, seconds: i64) -> Time {
@@ -265,7 +270,7 @@ fn cluster_failover(
     let deadline = plus(since, toleration);
     if reached(ctx.now, &deadline) {
         Some(Eviction {
-            failing_since: Some(since.clone()),
+            failing_since: Some(MicroTime(since.0)),
             ..eviction(
                 EVICTION_CLUSTER_FAILURE,
                 format!(
@@ -337,12 +342,16 @@ fn application_failover(
         return;
     }
     let toleration = i64::from(app.toleration_seconds());
-    // `unhealthySince` is read back from the binding with whole seconds: counted from the end
-    // of its second, a toleration never ends early. A toleration of 0 is over as soon as the
-    // state is seen, so it waits for no rounding.
-    let written = item.unhealthy_since.clone().unwrap_or_else(|| now.clone());
+    // `unhealthySince` keeps microseconds, rounded so that a toleration never ends early; one
+    // an older hub wrote with whole seconds counts from the end of its second. A toleration of
+    // 0 is over as soon as the state is seen, so it waits for no rounding.
+    let written = item
+        .unhealthy_since
+        .as_ref()
+        .map(|t| Time(t.0))
+        .unwrap_or_else(|| now.clone());
     let since = if toleration > 0 {
-        crate::failover_phase::end_of_written_second(&written)
+        Time(lifeboat_api::time::counted_from(written.0))
     } else {
         written.clone()
     };
@@ -372,8 +381,10 @@ fn application_failover(
         // A reset restarts the clock: the next one (or the move) waits for the pause and a
         // new toleration after it.
         let anchor = match record {
-            // (Both written with whole seconds: compared as written.)
-            Some(r) if r.last_requested_at.0 >= written.0 => plus(&r.last_requested_at, pause),
+            // (`lastRequestedAt` keeps whole seconds: compared at that precision.)
+            Some(r) if r.last_requested_at.0 >= whole_second(&written) => {
+                plus(&r.last_requested_at, pause)
+            }
             _ => since.clone(),
         };
         let deadline = plus(&anchor, toleration);
@@ -411,7 +422,7 @@ fn application_failover(
     );
     decision.evictions.push(Eviction {
         class,
-        failing_since: Some(written),
+        failing_since: Some(MicroTime(written.0)),
         ..workload_eviction(app, name, EVICTION_APPLICATION_FAILURE, message, Some(item))
     });
 }
@@ -479,7 +490,7 @@ fn reset_timeout(
     let pause = i64::from(record.pause_seconds.unwrap_or(0));
     // `lastRequestedAt` is read back with whole seconds: counted from the end of its second,
     // the timeout never ends early.
-    let asked = crate::failover_phase::end_of_written_second(&record.last_requested_at);
+    let asked = Time(lifeboat_api::time::counted_from(record.last_requested_at.0));
     let deadline = plus(&asked, pause + timeout);
     if !reached(ctx.now, &deadline) {
         decision.wake_at(deadline);
@@ -501,7 +512,7 @@ fn reset_timeout(
     };
     let mut eviction = workload_eviction(app, name, EVICTION_RESET_TIMED_OUT, what, item);
     if eviction.failing_since.is_none() {
-        eviction.failing_since = Some(record.last_requested_at.clone());
+        eviction.failing_since = Some(MicroTime(record.last_requested_at.0));
     }
     decision.evictions.push(eviction);
 }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::ResourceExt;
 use lifeboat_api::binding::{
     ANNOTATION_CONFIRM_PURGE, CONDITION_FAILOVER_BLOCKED, EVICTION_CLUSTER_DELETED,
@@ -25,18 +25,21 @@ pub const REASON_NO_OTHER_CLUSTER: &str = lifeboat_api::binding::BLOCKED_NO_OTHE
 /// Reason of `FailoverBlocked=False` once nothing blocks a failover any more.
 pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
 
-/// A condition's `lastTransitionTime` as written keeps whole seconds: the transition happened
-/// within the second after it. Counting from the end of that second keeps a toleration or a
-/// fencing period from ending up to a second early (a failover bench saw dispatches 0.4 s before
-/// the cluster toleration was over).
-pub(crate) fn end_of_written_second(t: &Time) -> Time {
-    if t.0.subsec_nanosecond() != 0 {
-        return t.clone();
+/// Since when a Cluster has not been Ready, as a toleration counts: its `status.notReadySince`
+/// (microseconds) when it belongs to the condition's transition (within the condition's
+/// written second), else the end of the condition's written second: `lastTransitionTime`
+/// keeps whole seconds and the transition happened within the second after it, so counting
+/// from its start could end a toleration or a fencing period up to a second early (a failover
+/// bench saw dispatches 0.4 s before the cluster toleration was over).
+fn not_ready_since(ready: &Condition, precise: Option<&MicroTime>) -> Time {
+    let written = ready.last_transition_time.0;
+    let end_of_second = lifeboat_api::time::counted_from(written);
+    match precise {
+        Some(p) if p.0 >= written && p.0 <= end_of_second => {
+            Time(lifeboat_api::time::counted_from(p.0))
+        }
+        _ => Time(end_of_second),
     }
-    Time(
-        t.0.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(1))
-            .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
-    )
 }
 
 /// The clusters as the failover decision sees them: since when each has not been Ready, and
@@ -53,9 +56,10 @@ pub fn cluster_states(clusters: &[Arc<Cluster>]) -> BTreeMap<String, ClusterStat
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.iter().find(|c| c.type_ == CONDITION_READY));
+            let precise = c.status.as_ref().and_then(|s| s.not_ready_since.as_ref());
             let not_ready_since = ready
                 .filter(|r| r.status != "True")
-                .map(|r| end_of_written_second(&r.last_transition_time));
+                .map(|r| not_ready_since(r, precise));
             (
                 c.name_any(),
                 ClusterState {
@@ -300,6 +304,29 @@ mod tests {
         // Written as second 7: counted from the end of that second.
         assert_eq!(states["b"].not_ready_since, Some(at(8)));
         assert!(states["c"].deleted && states["c"].not_ready_since.is_none());
+    }
+
+    #[test]
+    fn not_ready_since_to_the_microsecond_counts_as_written() {
+        let with = |precise: &str| {
+            let mut c = (*cluster("b", Some(("Unknown", 7)), false)).clone();
+            c.status.as_mut().unwrap().not_ready_since = Some(MicroTime(precise.parse().unwrap()));
+            cluster_states(&[Arc::new(c)])["b"].not_ready_since.clone()
+        };
+        let seven = at(7).0;
+        let plus = |ms: i64| {
+            Time(
+                seven
+                    .checked_add(k8s_openapi::jiff::SignedDuration::from_micros(ms))
+                    .unwrap(),
+            )
+        };
+        // Within the condition's second: taken as written.
+        assert_eq!(with(&plus(250_001).0.to_string()), Some(plus(250_001)));
+        // Not the condition's transition (later than its second, or before it): the end of the
+        // condition's second, as without it.
+        assert_eq!(with(&plus(1_500_000).0.to_string()), Some(at(8)));
+        assert_eq!(with(&plus(-1).0.to_string()), Some(at(8)));
     }
 
     #[test]

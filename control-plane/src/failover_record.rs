@@ -517,6 +517,7 @@ fn truncate_note(mut note: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
     use k8s_openapi::jiff::Timestamp;
     use lifeboat_api::health::FailureClass;
     use lifeboat_api::policy::PurgeMode;
@@ -579,7 +580,7 @@ mod tests {
             grace_period_seconds: Some(600),
             preserved: BTreeMap::from([("checkpoint".to_string(), "step-40".to_string())]),
             block_seconds: None,
-            failing_since: Some(at(5)),
+            failing_since: Some(MicroTime(at(5).0)),
         }
     }
 
@@ -652,7 +653,7 @@ mod tests {
             clusters_before_failover: vec![],
             creation_timestamp: Some(at(6)),
             purged_at: None,
-            failing_since: Some(at(5)),
+            failing_since: Some(MicroTime(at(5).0)),
         };
         assert_eq!(failover_seconds(&task, &at(9)), Some(4.0));
         let unknown = GracefulEvictionTask {

@@ -492,6 +492,7 @@ async fn lead(
     let (intake, receiver) = crate::intake::channel(1024);
     let processor_metrics = ProcessorMetrics::new(&registry)?;
     let (full_reports_tx, full_reports) = mpsc::unbounded_channel();
+    let handoff = crate::handoff::Handoff::new();
     let status_view = processor::run(
         receiver,
         ProcessorDeps {
@@ -504,6 +505,7 @@ async fn lead(
             written: None,
             full_reports: Some(full_reports_tx),
             write_concurrency: options.status_writers.max(1),
+            handoff: Some(handoff.clone()),
         },
     );
     let tls = agent_api_tls(&client, &options, stop_rx.clone()).await?;
@@ -582,6 +584,7 @@ async fn lead(
         )
         .with_cluster_eviction_rate(options.cluster_eviction_rate)
         .with_status_view(status_view)
+        .with_handoff(handoff.clone())
         .with_fencer(fencer)
         .with_recorder(FailoverRecorder::new(
             Some(ledger.clone()),
@@ -592,6 +595,10 @@ async fn lead(
     // Nothing is decided before this leader has recovered.
     binder.set_deciding(false);
     let _ = binder_slot.set(binder.clone());
+    {
+        let decider: std::sync::Weak<Binder> = Arc::downgrade(&binder);
+        handoff.set_decider(decider);
+    }
     let (kinds_tx, mut kinds_rx) = watch::channel(KindsSynced::default());
     {
         let queue = binder.queue.clone();

@@ -6,7 +6,8 @@
 //!
 //! Pure, IO-free modules: [`work_store`] (desired work per cluster, resumable by revision),
 //! [`status`] (one report → the binding's per-cluster status item and conditions). The seam
-//! between the agent API and the status processor is [`intake`].
+//! between the agent API and the status processor is [`intake`]; between the processor and the
+//! binder, [`handoff`].
 //!
 //! IO edges: [`agentapi`] (the agents' HTTPS API: registration, heartbeats, work streams,
 //! status reports), [`clusters`] (cluster health from the agents' Leases) and
@@ -25,6 +26,7 @@ pub mod failover;
 pub mod failover_phase;
 pub mod failover_record;
 pub mod fencer;
+pub mod handoff;
 pub mod hub;
 pub mod intake;
 pub mod interpreter_events;

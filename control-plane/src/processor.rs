@@ -716,6 +716,32 @@ impl StatusState {
         })
     }
 
+    /// The per-cluster items of `binding` as decisions must see them: the binding's own, with
+    /// this state's newer ones in their place (`None`: the binding shows them all already).
+    /// The binder decides on these at once ([`crate::handoff`]) instead of waiting for the
+    /// status write to come back through the binding watch.
+    pub fn newest_items(&self, binding: &ResourceBinding) -> Option<Vec<AggregatedStatusItem>> {
+        if !self.ahead_of(binding) {
+            return None;
+        }
+        let tracked = self.bindings.get(&crate::dispatch::work_key(binding))?;
+        let mut items: Vec<AggregatedStatusItem> = binding
+            .status
+            .as_ref()
+            .map(|s| s.aggregated_status.clone())
+            .unwrap_or_default();
+        for cluster in written_for(binding) {
+            let Some(mine) = tracked.items.get(cluster) else {
+                continue;
+            };
+            match items.iter_mut().find(|i| i.cluster_name == cluster) {
+                Some(theirs) => *theirs = mine.clone(),
+                None => items.push(mine.clone()),
+            }
+        }
+        Some(items)
+    }
+
     /// Whether an interpretation of `key` in some cluster is on its way.
     pub fn pending(&self, key: &WorkKey) -> bool {
         self.bindings
@@ -972,6 +998,9 @@ pub struct ProcessorDeps {
     pub full_reports: Option<mpsc::UnboundedSender<String>>,
     /// Parallel status writes.
     pub write_concurrency: usize,
+    /// Hands each binding's new items to the binder before they are written, and holds the
+    /// write while the binder decides on them ([`crate::handoff`]).
+    pub handoff: Option<Arc<crate::handoff::Handoff>>,
 }
 
 /// The processor's metrics.
@@ -1338,6 +1367,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
         transitions: deps.transitions.clone(),
         dirty: dirty_tx,
         notices: notices_tx,
+        handoff: deps.handoff.clone(),
     };
     let full_reports = deps.full_reports.clone();
     let threads = interpret_threads();
@@ -1450,6 +1480,7 @@ struct Outputs {
     transitions: Option<mpsc::UnboundedSender<HealthTransition>>,
     dirty: mpsc::UnboundedSender<WorkKey>,
     notices: mpsc::UnboundedSender<FailureNotice>,
+    handoff: Option<Arc<crate::handoff::Handoff>>,
 }
 
 impl Outputs {
@@ -1479,6 +1510,10 @@ impl Outputs {
             }
         }
         for key in processed.dirty.drain(..) {
+            // The binder first (it decides on these items now), then the write.
+            if let Some(handoff) = &self.handoff {
+                handoff.status_changed(&key);
+            }
             let _ = self.dirty.send(key);
         }
         for notice in processed.failures.drain(..) {
@@ -1508,6 +1543,7 @@ async fn write_dirty(
         metrics,
         written,
         write_concurrency,
+        handoff,
         ..
     } = deps;
     let semaphore = Arc::new(tokio::sync::Semaphore::new(write_concurrency.max(1)));
@@ -1522,9 +1558,6 @@ async fn write_dirty(
         {
             continue;
         }
-        let Ok(permit) = semaphore.clone().acquire_owned().await else {
-            return;
-        };
         let (client, bindings, state, pending, metrics, written, failures, again) = (
             client.clone(),
             bindings.clone(),
@@ -1535,7 +1568,16 @@ async fn write_dirty(
             failures.clone(),
             again.clone(),
         );
+        let (semaphore, handoff) = (semaphore.clone(), handoff.clone());
         tokio::spawn(async move {
+            // After the binder's decision on these items (its spec write must not race this
+            // one), and without a writer's permit meanwhile: a held write blocks no other.
+            if let Some(handoff) = &handoff {
+                handoff.wait(&key, crate::handoff::HOLD_AT_MOST).await;
+            }
+            let Ok(permit) = semaphore.acquire_owned().await else {
+                return;
+            };
             // Taken off the pending set before reading the state: a change that lands during
             // the write marks the binding dirty again.
             pending
@@ -1875,10 +1917,33 @@ mod tests {
         state.process(&b, &work, |_| Some(seed.clone()), &interp, &now);
         // The processor knows it is Healthy again; the binding still says Unhealthy.
         assert!(state.ahead_of(&binding));
+        // Decisions see the processor's item in place of the binding's, the others as they are.
+        let mut with_another = binding.clone();
+        let mut gone = with_another.status.as_ref().unwrap().aggregated_status[0].clone();
+        gone.cluster_name = "m0".into();
+        with_another
+            .status
+            .as_mut()
+            .unwrap()
+            .aggregated_status
+            .insert(0, gone);
+        let newest = state.newest_items(&with_another).expect("newer items");
+        let health: Vec<(&str, ResourceHealth)> = newest
+            .iter()
+            .map(|i| (i.cluster_name.as_str(), i.health))
+            .collect();
+        assert_eq!(
+            health,
+            [
+                ("m0", ResourceHealth::Unhealthy),
+                ("m1", ResourceHealth::Healthy)
+            ]
+        );
         // Written, and the copy read back shows it (times to the second): caught up.
         binding.status.as_mut().unwrap().aggregated_status =
             serde_json::from_value(serde_json::to_value(state.items(&key())).unwrap()).unwrap();
         assert!(!state.ahead_of(&binding));
+        assert_eq!(state.newest_items(&binding), None);
         // A cluster the status is not written for (no placement there) does not count.
         let mut moved = binding.clone();
         moved.spec.clusters[0].name = "m2".into();
@@ -1906,7 +1971,10 @@ mod tests {
         let item = &state.items(&key())[0];
         assert_eq!(item.health, ResourceHealth::Unhealthy);
         assert_eq!(item.failure_class, Some(FailureClass::Infrastructure));
-        assert_eq!(item.unhealthy_since, Some(at(5)));
+        assert_eq!(
+            item.unhealthy_since,
+            Some(lifeboat_api::time::stored(at(5).0))
+        );
         assert_eq!(p.transitions.len(), 1);
         assert_eq!(p.transitions[0].to, ResourceHealth::Unhealthy);
     }

@@ -148,7 +148,8 @@ pub fn next_item(
         }
         ResourceHealth::Unhealthy => {
             if item.unhealthy_since.is_none() {
-                item.unhealthy_since = Some(now.clone());
+                // To the microsecond and never earlier than now: the toleration counts from here.
+                item.unhealthy_since = Some(lifeboat_api::time::stored(now.0));
             }
         }
         ResourceHealth::Unknown => {}
@@ -417,6 +418,7 @@ mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
     use lifeboat_api::protocol::{ObservedObject, WorkKey};
+    use lifeboat_api::time::stored;
     use serde_json::{Value, json};
 
     fn at(second: i64) -> Time {
@@ -510,7 +512,7 @@ mod tests {
     #[test]
     fn unknown_does_not_reset_the_unhealthy_timer_only_healthy_does() {
         let first = step(None, judged(ResourceHealth::Unhealthy, None), 10);
-        assert_eq!(first.item.unhealthy_since, Some(at(10)));
+        assert_eq!(first.item.unhealthy_since, Some(stored(at(10).0)));
         assert_eq!(first.item.failure_class, Some(FailureClass::Unknown));
         assert_eq!(
             first.health_transition,
@@ -518,7 +520,7 @@ mod tests {
         );
         let unknown = step(Some(&first.item), HealthVerdict::Failed("boom".into()), 20);
         assert_eq!(unknown.item.health, ResourceHealth::Unknown);
-        assert_eq!(unknown.item.unhealthy_since, Some(at(10)));
+        assert_eq!(unknown.item.unhealthy_since, Some(stored(at(10).0)));
         let again = step(
             Some(&unknown.item),
             judged(
@@ -527,7 +529,7 @@ mod tests {
             ),
             30,
         );
-        assert_eq!(again.item.unhealthy_since, Some(at(10)));
+        assert_eq!(again.item.unhealthy_since, Some(stored(at(10).0)));
         assert_eq!(again.item.failure_class, Some(FailureClass::Infrastructure));
         let healthy = step(Some(&again.item), judged(ResourceHealth::Healthy, None), 40);
         assert_eq!(healthy.item.unhealthy_since, None);

@@ -112,8 +112,8 @@ fn application(extra: Value) -> Value {
     json!({ "application": app })
 }
 
-fn time(t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time) -> String {
-    t.0.to_string()
+fn time(t: &Timestamp) -> String {
+    t.to_string()
 }
 
 /// The binding stayed where it was: one cluster, no eviction ever, no task.
@@ -406,16 +406,16 @@ async fn health_flaps(ctx: Arc<TestContext>) -> TestResult {
     if evicted < first_unhealthy + FLAP_TOLERATION {
         return Err(format!(
             "evicted at {} before the first Unhealthy ({}) + toleration {FLAP_TOLERATION}s",
-            time(&record.evicted_at),
-            time(&since)
+            time(&record.evicted_at.0),
+            time(&since.0)
         )
         .into());
     }
     if evicted >= second_failure.as_second() + FLAP_TOLERATION {
         return Err(format!(
             "evicted at {}, toleration counted from the second failure ({second_failure}), not from the first Unhealthy ({})",
-            time(&record.evicted_at),
-            time(&since)
+            time(&record.evicted_at.0),
+            time(&since.0)
         )
         .into());
     }
@@ -423,14 +423,14 @@ async fn health_flaps(ctx: Arc<TestContext>) -> TestResult {
         || !record
             .message
             .as_deref()
-            .is_some_and(|m| m.contains(&time(&since)))
+            .is_some_and(|m| m.contains(&time(&since.0)))
     {
         return Err(format!("eviction record {record:?}").into());
     }
     tracing::info!(
-        first_unhealthy = %time(&since),
+        first_unhealthy = %time(&since.0),
         %second_failure,
-        evicted = %time(&record.evicted_at),
+        evicted = %time(&record.evicted_at.0),
         "flappy moved"
     );
     Ok(())
@@ -623,7 +623,7 @@ async fn gracefully_until_grace_period(ctx: Arc<TestContext>) -> TestResult {
                 return Err(format!(
                     "the old copy went at {} before the grace period ({GRACE}s from {}) ended",
                     Timestamp::now(),
-                    time(&created)
+                    time(&created.0)
                 )
                 .into());
             }

@@ -107,6 +107,49 @@ fn a_whole_second_unhealthy_since_counts_from_the_end_of_its_second() {
 }
 
 #[test]
+fn a_toleration_of_one_second_costs_one_second_to_the_microsecond() {
+    // The processor took the Unhealthy report at 100.3 s; the binding keeps that to the
+    // microsecond through the API (JSON and back).
+    let taken = at(100).0 + SignedDuration::from_millis(300);
+    let mut item = unhealthy("a", 0, "Infrastructure");
+    item["unhealthySince"] = serde_json::to_value(lifeboat_api::time::stored(taken)).unwrap();
+    let b = binding(
+        app(json!({"decisionConditions": {"tolerationSeconds": 1}})),
+        &["a", "b"],
+        json!([item]),
+    );
+    let clusters = ready(&["a", "b"]);
+    let decide_at_time = |now: Timestamp| {
+        let now = Time(now);
+        decide(
+            &b,
+            &Context {
+                now: &now,
+                clusters: &clusters,
+                resets_itself: false,
+                fits: &|_| true,
+            },
+        )
+    };
+    let over = taken + SignedDuration::from_secs(1);
+    // Not a microsecond early...
+    let d = decide_at_time(over - SignedDuration::from_micros(1));
+    assert!(d.evictions.is_empty());
+    // ...and at most a microsecond late (not the rest of second 101).
+    let next = d.next_check.expect("a next check").0;
+    assert!(
+        next >= over && next <= over + SignedDuration::from_micros(1),
+        "{next}"
+    );
+    let d = decide_at_time(next);
+    assert_eq!(d.evictions.len(), 1);
+    assert_eq!(
+        d.evictions[0].failing_since,
+        Some(lifeboat_api::time::stored(taken))
+    );
+}
+
+#[test]
 fn zero_toleration_evicts_in_the_same_pass() {
     let b = binding(
         app(json!({"decisionConditions": {"tolerationSeconds": 0}, "blockPredecessorSeconds": 0})),
@@ -461,7 +504,7 @@ fn a_reset_that_never_completes_is_moved_after_its_timeout() {
     assert_eq!(e.block_seconds, Some(120));
     assert_eq!(
         e.failing_since,
-        Some(at(99)),
+        Some(MicroTime(at(99).0)),
         "since the copy was Unhealthy"
     );
     assert_eq!(e.preserved.get("ckpt").map(String::as_str), Some("ckpt-42"));
