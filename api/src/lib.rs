@@ -19,7 +19,7 @@
 //! names), [`binding`] (`work.lifeboat.dev/v1alpha1` ResourceBinding) and [`config`]
 //! (`config.lifeboat.dev/v1alpha1` ResourceInterpreterCustomization) are the hub's CRDs;
 //! [`protocol`] holds the versioned JSON types of the agent ↔ hub API, [`fencing`] the names of
-//! the fencing credential a member gives the hub.
+//! the fencing credential a member gives the hub, [`stages`] the names of the failover stage events.
 //!
 //! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary ([`crds`]).
 
@@ -36,3 +36,4 @@ pub mod protocol;
 pub mod quantity;
 pub mod selector;
 pub mod serde_helpers;
+pub mod stages;

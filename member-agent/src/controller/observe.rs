@@ -42,7 +42,15 @@ pub async fn observe(
                 | Phase::Failed
                 | Phase::Succeeded
         );
-    let exact = deleting_phase(aw, status);
+    // Once a reset has deleted everything (ResourcesDeployed False) it only waits out its
+    // pause: nothing reads the pods until it resumes, so an empty cache needs no confirming list.
+    let reset_done = status.phase == Phase::Resetting
+        && !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == ct::RESOURCES_DEPLOYED && c.status == "True");
+    let exact =
+        aw.metadata.deletion_timestamp.is_some() || (deleting_phase(aw, status) && !reset_done);
     let mut pod_list = {
         let index = ctx.pods.read().unwrap_or_else(|e| e.into_inner());
         index.is_synced().then(|| index.pods_of(key))
