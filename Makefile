@@ -126,4 +126,8 @@ bench: k8s-bins
 # cluster, and end to end on the fleet with the real hub and agents.
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --decision
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss
-	$(CARGO) bench --profile dev -p lifeboat-agent --bench failover_e2e -- --runs 5
+# Issue 20: the burst of 100 resets (each AppWrapper's Job deleted) as recorded, dev profile.
+	$(CARGO) bench --profile dev -p lifeboat-agent --bench agent -- --appwrappers 100 --pods 1 --failures 0 --burst 100 --window 0
+# Issue 20: each row of its table (the five failover paths, `--mode all`), with the latency
+# budget per stage and the floor of Kubernetes' share (bare Jobs created to pods Running).
+	$(CARGO) bench --profile dev -p lifeboat-agent --bench failover_e2e -- --runs 6 --mode all --floor 10

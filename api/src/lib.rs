@@ -20,7 +20,7 @@
 //! (`config.lifeboat.dev/v1alpha1` ResourceInterpreterCustomization) are the hub's CRDs;
 //! [`protocol`] holds the versioned JSON types of the agent ↔ hub API, [`fencing`] the names of
 //! the fencing credential a member gives the hub, [`time`] the microsecond times tolerations
-//! count from.
+//! count from, [`stages`] the names of the failover stage events.
 //!
 //! The CRD YAML in `crds/` is generated from these types by the `crdgen` binary ([`crds`]).
 
@@ -37,4 +37,5 @@ pub mod protocol;
 pub mod quantity;
 pub mod selector;
 pub mod serde_helpers;
+pub mod stages;
 pub mod time;

@@ -25,6 +25,7 @@ use lifeboat_api::binding::{
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::policy::{AnyPolicy, ClusterPropagationPolicy, PropagationPolicy};
 use lifeboat_api::protocol::WorkKey;
+use lifeboat_api::stages;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -757,6 +758,10 @@ impl Binder {
             .map(|c| c.name.as_str())
             .collect();
         tracing::Span::current().record("clusters", tracing::field::display(placed.join(",")));
+        for eviction in &evicted {
+            tracing::debug!(target: stages::TARGET, stage = stages::EVICTION_WRITTEN,
+                cluster = %eviction.cluster, work = %dispatch::work_key(&binding), reason = eviction.reason);
+        }
         // The spec (placement, eviction) is written: dispatch before the status write, which
         // only reports the pass (conditions) and is not an input of the work.
         self.dispatch(&binding, &template_json)?;
@@ -1091,7 +1096,10 @@ impl Binder {
                     .map_err(|e| e.to_string())
             })
             .map_err(|e| BindError::Interpret(e.to_string()))?;
-            self.work.upsert(&target.name, work);
+            if let Some(revision) = self.work.upsert(&target.name, work) {
+                tracing::debug!(target: stages::TARGET, stage = stages::WORK_DISPATCHED,
+                    cluster = %target.name, work = %key, revision);
+            }
         }
         // A Directly eviction's old copy: withdrawn, and its agent asked to report it gone.
         let awaited: BTreeSet<String> = dispatch::awaited_purges(&binding.spec)

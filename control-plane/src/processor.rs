@@ -26,6 +26,7 @@ use lifeboat_api::binding::{
 };
 use lifeboat_api::health::FailureClass;
 use lifeboat_api::protocol::{ObservedObject, RejectedItem, StatusResponse, WorkKey, WorkStatus};
+use lifeboat_api::stages;
 use lifeboat_interpreter::{HealthState, Limit, Operation};
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -1501,6 +1502,8 @@ impl Outputs {
                 .inc();
         }
         for t in processed.transitions.drain(..) {
+            tracing::debug!(target: stages::TARGET, stage = stages::HEALTH_DECIDED,
+                cluster = %t.cluster, work = %t.key, health = t.to.as_str());
             metrics
                 .health_transitions
                 .with_label_values(&[t.to.as_str()])

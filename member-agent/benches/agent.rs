@@ -6,6 +6,13 @@
 //! 2. failure detection, one at a time: a pod of F of those AppWrappers is failed, 200 ms apart;
 //! 3. failure detection in a burst: a pod of each of B further AppWrappers is failed at once (all
 //!    the patches issued concurrently, as a reclaimed spot node or a rack losing power would).
+//!    These AppWrappers are reset for real (issue 20): their Job has `backoffLimit: 0` and the
+//!    AppWrapper a 1 h `retryPauseDuration`, so the failed pod fails the Job, the AppWrapper goes
+//!    Running -> Resetting and its reset deletes the Job (and so its pod) on the API server; the
+//!    report adds pod Failed -> Resetting and -> the reset's deletion done (ResourcesDeployed
+//!    False). Their `failureGracePeriodDuration` is `--burst-failure-grace` seconds (default 0:
+//!    reset at the pod's failure; with 3600 the reset waits for the Job controller to mark the
+//!    Job Failed, which the report times too).
 //!
 //! The latency is taken from the pod being seen Failed to the AppWrapper's Unhealthy condition
 //! being seen True, both through watches of this process. A negative figure (the condition seen
@@ -14,7 +21,7 @@
 //! `/metrics`, so the report says where the time went.
 //!
 //!   cargo bench -p lifeboat-agent --bench agent -- [--appwrappers 1000] [--pods 4]
-//!       [--failures 100] [--burst 0] [--window 60]
+//!       [--failures 100] [--burst 0] [--window 60] [--burst-failure-grace 0]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -23,11 +30,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::watcher;
-use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
+use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase};
 use lifeboat_e2e::fleet::{Fleet, FleetConfig, workspace_root};
 use lifeboat_e2e::process::cpu_seconds;
 use lifeboat_e2e::{faults, load_average, process, wait};
@@ -42,6 +50,8 @@ struct Args {
     failures: usize,
     burst: usize,
     window: u64,
+    /// `failureGracePeriodDuration` of the burst's AppWrappers, in seconds.
+    burst_failure_grace: u64,
 }
 
 fn args() -> Args {
@@ -51,6 +61,7 @@ fn args() -> Args {
         failures: 100,
         burst: 0,
         window: 60,
+        burst_failure_grace: 0,
     };
     let argv: Vec<String> = std::env::args().collect();
     let value = |name: &str| {
@@ -73,6 +84,9 @@ fn args() -> Args {
     }
     if let Some(v) = value("--window") {
         a.window = v;
+    }
+    if let Some(v) = value("--burst-failure-grace") {
+        a.burst_failure_grace = v;
     }
     a
 }
@@ -106,12 +120,21 @@ async fn run(args: Args) -> Result<(), BoxError> {
     let client = fleet.client(cluster).await?;
     let log = fleet.state_dir().join("agent.log");
     let metrics: SocketAddr = ([127, 0, 0, 1], lifeboat_e2e::ports::free_port()?).into();
-    let mut agent = std::process::Command::new(env!("CARGO_BIN_EXE_lifeboat-agent"))
+    // AGENT_BENCH_BIN runs another build of the agent (e.g. a "before" for comparison).
+    let binary = std::env::var("AGENT_BENCH_BIN")
+        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_lifeboat-agent").to_string());
+    println!("agent: {binary}");
+    let mut agent = std::process::Command::new(binary)
         .arg("--kubeconfig")
         .arg(fleet.kubeconfig(cluster)?)
         .args(["--cluster-name", cluster, "--metrics-bind"])
         .arg(metrics.to_string())
-        .env("RUST_LOG", "warn")
+        // The agent's log filter: `warn` unless AGENT_BENCH_LOG says otherwise (e.g.
+        // `info,lifeboat_agent=debug` to see each reconcile and its queue wait).
+        .env(
+            "RUST_LOG",
+            std::env::var("AGENT_BENCH_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdout(std::fs::File::create(&log)?)
         .stderr(std::fs::File::create(log.with_extension("err"))?)
         .spawn()?;
@@ -163,18 +186,31 @@ async fn bench(
         .map(|i| {
             let api = api.clone();
             let pods = args.pods;
+            // The burst's AppWrappers (after the one-at-a-time ones) are reset for real: their
+            // Job has no retries of its own, so one failed pod fails it and the AppWrapper goes
+            // Running -> Resetting, deleting the Job (and so its pods), then pauses an hour.
+            let resets = i >= args.failures;
+            let backoff_limit = if resets { 0 } else { 6 };
+            // The burst's: reset at the pod's failure (grace 0, the default), or only once the
+            // Job controller says the Job failed (a grace longer than that takes).
+            let failure_grace = if resets {
+                format!("{}s", args.burst_failure_grace)
+            } else {
+                "1h".to_string()
+            };
             async move {
                 let aw: AppWrapper = serde_json::from_value(json!({
                     "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
                     // Long graces: creating thousands of pods takes the control plane minutes,
-                    // and the failures injected below must not reset anything.
+                    // and the failures injected below must not reset anything by a grace.
                     "metadata": {"name": format!("aw-{i}"), "annotations": {
                         "workload.codeflare.dev.appwrapper/admissionGracePeriodDuration": "1h",
                         "workload.codeflare.dev.appwrapper/warmupGracePeriodDuration": "1h",
-                        "workload.codeflare.dev.appwrapper/failureGracePeriodDuration": "1h"}},
+                        "workload.codeflare.dev.appwrapper/failureGracePeriodDuration": failure_grace,
+                        "workload.codeflare.dev.appwrapper/retryPauseDuration": "1h"}},
                     "spec": {"components": [{"template": {
                         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": format!("job-{i}")},
-                        "spec": {"parallelism": pods, "completions": pods, "template": {"spec": {
+                        "spec": {"parallelism": pods, "completions": pods, "backoffLimit": backoff_limit, "template": {"spec": {
                             "restartPolicy": "Never",
                             "containers": [{"name": "c", "image": "busybox", "command": ["sh", "-c", "sleep infinity"],
                                 "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}}}]}
@@ -293,6 +329,9 @@ async fn bench(
         }
         seen.wait_for(&names).await?;
         let all_noticed = t0.elapsed();
+        Seen::wait_for_in(&seen.resetting, "Resetting", &names).await?;
+        Seen::wait_for_in(&seen.reset_done, "reset (Job deleted)", &names).await?;
+        let all_reset = t0.elapsed();
         let after = scrape(metrics).await;
         let server_after = scrape_apiserver(client).await;
         let spread = seen.pod_failed_spread(&names);
@@ -303,12 +342,39 @@ async fn bench(
             all_noticed.as_secs_f64() * 1000.0,
             load_average(),
         );
-        seen.report(
-            &format!(
-                "burst of {burst} at once, {} AppWrappers present",
-                args.appwrappers
+        let what = format!(
+            "burst of {burst} at once, {} AppWrappers present",
+            args.appwrappers
+        );
+        seen.report(&what, &names);
+        let (failed, job) = (&seen.pod_failed, &seen.job_failed);
+        for (later, to, earlier, from) in [
+            (
+                &seen.job_failure_target,
+                "Job FailureTarget (Job controller)",
+                failed,
+                "pod Failed",
             ),
-            &names,
+            (job, "Job Failed (Job controller)", failed, "pod Failed"),
+            (
+                &seen.resetting,
+                "AppWrapper Resetting",
+                failed,
+                "pod Failed",
+            ),
+            (&seen.resetting, "AppWrapper Resetting", job, "Job Failed"),
+            (
+                &seen.reset_done,
+                "reset deleted its Job (ResourcesDeployed False)",
+                failed,
+                "pod Failed",
+            ),
+        ] {
+            Seen::report_between(later, to, earlier, from, &what, &names);
+        }
+        println!(
+            "burst of {burst}: every reset's deletion done {:.0} ms after the first patch",
+            all_reset.as_secs_f64() * 1000.0
         );
         report_agent(&before, &after);
         report_apiserver(&server_before, &server_after);
@@ -316,11 +382,26 @@ async fn bench(
     Ok(())
 }
 
-/// When this process saw each AppWrapper's first failed pod and its Unhealthy condition.
+type Instants = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// When this process saw each AppWrapper's first failed pod, its Unhealthy condition, its phase
+/// Resetting, and its reset's deletion done (Resetting with ResourcesDeployed False).
 struct Seen {
-    pod_failed: Arc<Mutex<HashMap<String, Instant>>>,
-    unhealthy: Arc<Mutex<HashMap<String, Instant>>>,
+    pod_failed: Instants,
+    unhealthy: Instants,
+    resetting: Instants,
+    reset_done: Instants,
+    /// The Job controller's FailureTarget and Failed conditions on the wrapped Job.
+    job_failure_target: Instants,
+    job_failed: Instants,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+fn first_seen(map: &Instants, name: &str) {
+    let mut map = map.lock().unwrap_or_else(|e| e.into_inner());
+    if !map.contains_key(name) {
+        map.insert(name.to_string(), Instant::now());
+    }
 }
 
 impl Drop for Seen {
@@ -358,9 +439,37 @@ where
 
 impl Seen {
     async fn watch(client: &kube::Client, ns: &str) -> Result<Self, BoxError> {
-        let pod_failed: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-        let unhealthy: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let pod_failed: Instants = Arc::default();
+        let unhealthy: Instants = Arc::default();
+        let resetting: Instants = Arc::default();
+        let reset_done: Instants = Arc::default();
+        let job_failure_target: Instants = Arc::default();
+        let job_failed: Instants = Arc::default();
         let synced = Arc::new(AtomicUsize::new(0));
+        let (jt, jf) = (job_failure_target.clone(), job_failed.clone());
+        let jobs = spawn_watch(
+            Api::<Job>::namespaced(client.clone(), ns),
+            synced.clone(),
+            move |job: Job| {
+                let Some(aw) = job
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(APPWRAPPER_LABEL))
+                else {
+                    return;
+                };
+                let conditions = job.status.and_then(|s| s.conditions).unwrap_or_default();
+                for c in conditions.iter().filter(|c| c.status == "True") {
+                    match c.type_.as_str() {
+                        "FailureTarget" => first_seen(&jt, aw),
+                        "Failed" => first_seen(&jf, aw),
+                        _ => {}
+                    }
+                }
+            },
+        );
+
         let pf = pod_failed.clone();
         let pods = spawn_watch(
             Api::<Pod>::namespaced(client.clone(), ns),
@@ -380,35 +489,45 @@ impl Seen {
                 }
             },
         );
-        let uh = unhealthy.clone();
+        let (uh, rs, rd) = (unhealthy.clone(), resetting.clone(), reset_done.clone());
         let appwrappers = spawn_watch(
             Api::<AppWrapper>::namespaced(client.clone(), ns),
             synced.clone(),
             move |aw: AppWrapper| {
-                let is_unhealthy = aw
-                    .status
-                    .as_ref()
-                    .is_some_and(|s| s.condition("Unhealthy").is_some_and(|c| c.status == "True"));
-                if is_unhealthy && let Some(name) = aw.metadata.name.clone() {
-                    uh.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .entry(name)
-                        .or_insert_with(Instant::now);
+                let (Some(name), Some(status)) = (aw.metadata.name.as_deref(), aw.status.as_ref())
+                else {
+                    return;
+                };
+                let is = |type_: &str, value: &str| {
+                    status.condition(type_).is_some_and(|c| c.status == value)
+                };
+                if is("Unhealthy", "True") {
+                    first_seen(&uh, name);
+                }
+                if status.phase == AppWrapperPhase::Resetting {
+                    first_seen(&rs, name);
+                    if is("ResourcesDeployed", "False") {
+                        first_seen(&rd, name);
+                    }
                 }
             },
         );
         let seen = Seen {
             pod_failed,
             unhealthy,
-            tasks: vec![pods, appwrappers],
+            resetting,
+            reset_done,
+            job_failure_target,
+            job_failed,
+            tasks: vec![pods, appwrappers, jobs],
         };
         wait::until(
             "benchmark watches listed",
             Duration::from_secs(60),
             || async {
                 match synced.load(Ordering::SeqCst) {
-                    2.. => Ok(()),
-                    n => Err(format!("{n}/2 watches listed")),
+                    3.. => Ok(()),
+                    n => Err(format!("{n}/3 watches listed")),
                 }
             },
         )
@@ -416,22 +535,27 @@ impl Seen {
         Ok(seen)
     }
 
-    async fn wait_for(&self, names: &[String]) -> Result<(), BoxError> {
+    /// Waits until each of `names` was seen in `map` (`what` names the state).
+    async fn wait_for_in(map: &Instants, what: &str, names: &[String]) -> Result<(), BoxError> {
         wait::until(
-            "every failure noticed",
+            &format!("every AppWrapper {what}"),
             Duration::from_secs(300),
             || async {
-                let unhealthy = self.unhealthy.lock().unwrap_or_else(|e| e.into_inner());
-                let seen = names.iter().filter(|n| unhealthy.contains_key(*n)).count();
+                let map = map.lock().unwrap_or_else(|e| e.into_inner());
+                let seen = names.iter().filter(|n| map.contains_key(*n)).count();
                 if seen == names.len() {
                     Ok(())
                 } else {
-                    Err(format!("{seen}/{} Unhealthy", names.len()))
+                    Err(format!("{seen}/{} {what}", names.len()))
                 }
             },
         )
         .await?;
         Ok(())
+    }
+
+    async fn wait_for(&self, names: &[String]) -> Result<(), BoxError> {
+        Self::wait_for_in(&self.unhealthy, "Unhealthy", names).await
     }
 
     /// From the first to the last of these pods seen Failed.
@@ -450,8 +574,28 @@ impl Seen {
 
     /// Prints the latency from pod Failed to Unhealthy, negative gaps included.
     fn report(&self, what: &str, names: &[String]) {
-        let pod_failed = self.pod_failed.lock().unwrap_or_else(|e| e.into_inner());
-        let unhealthy = self.unhealthy.lock().unwrap_or_else(|e| e.into_inner());
+        Self::report_between(
+            &self.unhealthy,
+            "AppWrapper Unhealthy",
+            &self.pod_failed,
+            "pod Failed",
+            what,
+            names,
+        );
+    }
+
+    /// Prints the latency from the state of `earlier` (`from` names it) to the state of `later`
+    /// (`to`), negative gaps included.
+    fn report_between(
+        later: &Instants,
+        to: &str,
+        earlier: &Instants,
+        from: &str,
+        what: &str,
+        names: &[String],
+    ) {
+        let pod_failed = earlier.lock().unwrap_or_else(|e| e.into_inner());
+        let unhealthy = later.lock().unwrap_or_else(|e| e.into_inner());
         let mut latencies: Vec<f64> = Vec::with_capacity(names.len());
         let mut unmatched = 0;
         for name in names {
@@ -464,7 +608,7 @@ impl Seen {
         let negative = latencies.iter().filter(|l| **l < 0.0).count();
         let ms = |p: f64| 1000.0 * percentile(&latencies, p);
         println!(
-            "pod Failed -> AppWrapper Unhealthy ({what}; {} failures): p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms, min {:.0} ms; {negative} negative (Unhealthy seen before the pod's Failed event){}",
+            "{from} -> {to} ({what}; {} failures): p50 {:.0} ms, p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms, min {:.0} ms; {negative} negative (seen before the pod's Failed event){}",
             latencies.len(),
             ms(0.5),
             ms(0.9),
@@ -472,7 +616,7 @@ impl Seen {
             ms(1.0),
             ms(0.0),
             if unmatched > 0 {
-                format!("; {unmatched} without a Failed pod event")
+                format!("; {unmatched} without both states seen")
             } else {
                 String::new()
             }

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use lifeboat_api::protocol::{
     MAX_STATUS_ITEMS, RejectedItem, StatusReport, StatusResponse, WorkKey, WorkStatus,
 };
+use lifeboat_api::stages;
 use tracing::Instrument;
 
 use super::{ApiError, Shared, json_body};
@@ -123,6 +124,12 @@ pub(super) async fn status(
         let report: StatusReport =
             json_body(request, "status report", shared.config.body_limit).await?;
         tracing::Span::current().record("items", report.items.len());
+        if tracing::enabled!(target: stages::TARGET, tracing::Level::DEBUG) {
+            for item in &report.items {
+                tracing::debug!(target: stages::TARGET, stage = stages::REPORT_RECEIVED,
+                    cluster = %cluster, work = %item.key);
+            }
+        }
         if report.items.len() > MAX_STATUS_ITEMS {
             return Err(ApiError::BadRequest(format!(
                 "items: {} status items in one report, at most {MAX_STATUS_ITEMS} are allowed",

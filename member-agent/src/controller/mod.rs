@@ -9,6 +9,7 @@ pub mod failures;
 mod mock;
 mod observe;
 pub mod queue;
+pub mod slots;
 pub mod watches;
 pub mod written;
 
@@ -24,6 +25,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use lifeboat_api::appwrapper::constants::FINALIZER;
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase as Phase};
+use lifeboat_api::stages;
 use lifeboat_runtime::leader::Leadership;
 use lifeboat_runtime::readiness::Readiness;
 use tracing::Instrument;
@@ -98,6 +100,11 @@ pub struct Context {
     pub cluster: String,
     /// Runs of failed reconciles, for backoff and Warning Events.
     pub failures: failures::Failures,
+    /// The reconcile slots (`--concurrency`), detection before clean-up.
+    pub slots: Arc<slots::Slots>,
+    /// The controller's cache of AppWrappers: a reconcile that waited for a slot reads the
+    /// latest copy from it (`None` in unit tests, which hand the copy in).
+    pub store: Option<reflector::Store<AppWrapper>>,
 }
 
 impl Context {
@@ -131,6 +138,8 @@ impl Context {
             queue: Arc::default(),
             written: written::WrittenVersions::default(),
             failures: failures::Failures::default(),
+            slots: slots::Slots::new(DEFAULT_SLOTS),
+            store: None,
         }
     }
 
@@ -211,16 +220,19 @@ pub async fn run(
         core_watches,
     } = options;
     let (tx, rx) = futures::channel::mpsc::unbounded();
-    let ctx = Arc::new(Context::new(
+    let (reader, writer) = reflector::store();
+    let mut ctx = Context::new(
         client.clone(),
         config,
         metrics,
         cluster,
         tx.clone(),
         readiness,
-    ));
+    );
+    ctx.slots = slots::Slots::new(usize::from(concurrency));
+    ctx.store = Some(reader.clone());
+    let ctx = Arc::new(ctx);
     let (pods, nodes) = (ctx.pods.clone(), ctx.nodes.clone());
-    let (reader, writer) = reflector::store();
     let gate: Gate = Arc::default();
     // Dropped (and so aborted) with this function, finished or cancelled.
     let mut background = tokio::task::JoinSet::new();
@@ -232,6 +244,7 @@ pub async fn run(
     ));
     background.spawn(watches::watch_pods(
         client.clone(),
+        ctx.cluster.clone(),
         pods.clone(),
         tx.clone(),
         core_watches.pods,
@@ -264,9 +277,12 @@ pub async fn run(
             futures::stream::pending::<Result<AppWrapper, watcher::Error>>(),
             reader.clone(),
         )
+        // Unbounded here: each reconcile waits for one of `ctx.slots`, which hand them out
+        // by priority (kube's runner takes its waiting objects in no order). The runner still
+        // runs one reconcile of an object at a time.
         .with_config(
             ControllerConfig::default()
-                .concurrency(concurrency)
+                .concurrency(0)
                 .debounce(Duration::ZERO),
         )
         .reconcile_on(requests)
@@ -311,21 +327,55 @@ fn error_policy(aw: Arc<AppWrapper>, error: &Error, ctx: Arc<Context>) -> Action
 /// When a reconcile skipped as stale looks again if no watch event came first.
 const STALE_COPY_RECHECK: Duration = Duration::from_secs(1);
 
-async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let started = Instant::now();
-    let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
-    if ctx
-        .written
-        .is_stale(&key, aw.meta().resource_version.as_deref())
-    {
-        // This agent already wrote over this copy; the watch event of the new version (on its
-        // way) triggers the reconcile that counts, and its queue wait still runs from the first
-        // trigger. The timer only covers a watch that lost the event.
-        ctx.metrics.reconciles_skipped_stale.inc();
-        tracing::debug!(cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
-            "cached copy older than our last write; skipped");
-        return Ok(Action::requeue(STALE_COPY_RECHECK));
+/// Slots of a context built without `run` (unit tests).
+const DEFAULT_SLOTS: usize = 16;
+
+/// Whose turn comes first when the slots are full: see [`slots`].
+fn priority(aw: &AppWrapper) -> slots::Priority {
+    let phase = aw.status.as_ref().map(|s| s.phase).unwrap_or_default();
+    match phase {
+        _ if aw.meta().deletion_timestamp.is_some() => slots::Priority::CleanUp,
+        Phase::Empty | Phase::Suspended | Phase::Resuming | Phase::Running => {
+            slots::Priority::Detect
+        }
+        _ => slots::Priority::CleanUp,
     }
+}
+
+/// Skips a copy this agent already wrote over: the watch event of the new version (on its way)
+/// triggers the reconcile that counts, and its queue wait still runs from the first trigger.
+/// The timer only covers a watch that lost the event.
+fn skip_stale(aw: &AppWrapper, key: &AwKey, ctx: &Context) -> Option<Action> {
+    if !ctx
+        .written
+        .is_stale(key, aw.meta().resource_version.as_deref())
+    {
+        return None;
+    }
+    ctx.metrics.reconciles_skipped_stale.inc();
+    tracing::debug!(cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
+        "cached copy older than our last write; skipped");
+    Some(Action::requeue(STALE_COPY_RECHECK))
+}
+
+async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
+    if let Some(skip) = skip_stale(&aw, &key, &ctx) {
+        return Ok(skip);
+    }
+    let permit = ctx.slots.acquire(priority(&aw)).await;
+    // The copy handed in may have aged while this waited for a slot: take the cache's latest.
+    let aw = match &ctx.store {
+        Some(store) => match store.get(&ObjectRef::from_obj(&*aw)) {
+            Some(latest) => latest,
+            None => return Ok(Action::await_change()),
+        },
+        None => aw,
+    };
+    if let Some(skip) = skip_stale(&aw, &key, &ctx) {
+        return Ok(skip);
+    }
+    let started = Instant::now();
     let queue_wait = ctx.queue.started(&key, started);
     if let Some(wait) = queue_wait {
         ctx.metrics.reconcile_queue_wait.observe(wait.as_secs_f64());
@@ -333,7 +383,7 @@ async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Err
     let span = tracing::info_span!("reconcile", cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name,
         queue_wait_ms = queue_wait.map(|w| w.as_secs_f64() * 1000.0));
     ctx.metrics.reconciles.inc();
-    let result = reconcile_appwrapper(&aw, &ctx)
+    let result = reconcile_appwrapper(&aw, &ctx, permit)
         .instrument(span.clone())
         .await;
     ctx.metrics
@@ -343,7 +393,13 @@ async fn reconcile(aw: Arc<AppWrapper>, ctx: Arc<Context>) -> Result<Action, Err
     result
 }
 
-async fn reconcile_appwrapper(aw: &AppWrapper, ctx: &Context) -> Result<Action, Error> {
+/// One reconcile in `permit`'s slot; the slot is given back before the Events are published
+/// (best effort, and no input of any decision).
+async fn reconcile_appwrapper(
+    aw: &AppWrapper,
+    ctx: &Context,
+    permit: slots::Permit,
+) -> Result<Action, Error> {
     let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
     let has_finalizer = aw.finalizers().iter().any(|f| f == FINALIZER);
     let deleting = aw.meta().deletion_timestamp.is_some();
@@ -372,6 +428,10 @@ async fn reconcile_appwrapper(aw: &AppWrapper, ctx: &Context) -> Result<Action, 
         writer.add_finalizer().await?;
     }
     writer.write_status(&status, &decision.status).await?;
+    if let Some((_, to @ (Phase::Failed | Phase::Resetting))) = decision.phase_change {
+        tracing::debug!(target: stages::TARGET, stage = stages::APPWRAPPER_FAILED_WRITTEN,
+            cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name, phase = %to);
+    }
     let mut phase_changes: Vec<_> = decision.phase_change.into_iter().collect();
     let mut final_decision = decision.clone();
     if !decision.actions.create.is_empty() {
@@ -416,6 +476,7 @@ async fn reconcile_appwrapper(aw: &AppWrapper, ctx: &Context) -> Result<Action, 
                 .inc();
         }
     }
+    drop(permit);
     apply::publish_events(aw, &final_decision.events, ctx).await;
     if final_decision.finalizer == FinalizerChange::Remove {
         writer.remove_finalizer().await?;

@@ -42,7 +42,15 @@ pub async fn observe(
                 | Phase::Failed
                 | Phase::Succeeded
         );
-    let exact = deleting_phase(aw, status);
+    // Once a reset has deleted everything (ResourcesDeployed False) it only waits out its
+    // pause: nothing reads the pods until it resumes, so an empty cache needs no confirming list.
+    let reset_done = status.phase == Phase::Resetting
+        && !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == ct::RESOURCES_DEPLOYED && c.status == "True");
+    let exact =
+        aw.metadata.deletion_timestamp.is_some() || (deleting_phase(aw, status) && !reset_done);
     let mut pod_list = {
         let index = ctx.pods.read().unwrap_or_else(|e| e.into_inner());
         index.is_synced().then(|| index.pods_of(key))
@@ -135,5 +143,68 @@ async fn component(
         }
         Ok(None) => Ok(ComponentObservation::Absent),
         Err(e) => Err(Error::kube(format!("get {} {}", cs.kind, cs.name), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::controller::mock::{ApiServer, Method, context};
+
+    /// A Resetting AppWrapper without components whose ResourcesDeployed is `deployed`.
+    fn resetting(deployed: &str) -> AppWrapper {
+        serde_json::from_value(json!({
+            "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+            "metadata": {"name": "train", "namespace": "team", "uid": "uid-1", "resourceVersion": "7"},
+            "spec": {"components": []},
+            "status": {"phase": "Resetting", "conditions": [{"type": "ResourcesDeployed",
+                "status": deployed, "reason": "Resetting", "message": "",
+                "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .expect("a valid AppWrapper")
+    }
+
+    #[tokio::test]
+    async fn a_reset_whose_deletion_is_done_does_not_list_pods_but_one_deleting_does() {
+        for (deployed, lists) in [("False", false), ("True", true)] {
+            let (client, mut server) = ApiServer::new();
+            let ctx = context(client);
+            // The pod cache is synced and holds no pod of the AppWrapper.
+            ctx.pods
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .reset(Vec::new());
+            let aw = resetting(deployed);
+            let status = aw.status.clone().unwrap_or_default();
+            let key = AwKey::new("team", "train");
+            let (params, _) =
+                Params::from_annotations(aw.annotations(), &ctx.config.fault_tolerance);
+            let observed = observe(&aw, &status, &key, &params, &ctx);
+            if lists {
+                let answer = async {
+                    let call = server
+                        .next()
+                        .await
+                        .expect(Method::GET, "/api/v1/namespaces/team/pods");
+                    call.reply(
+                        200,
+                        json!({"apiVersion": "v1", "kind": "PodList",
+                            "metadata": {"resourceVersion": "1"}, "items": []}),
+                    );
+                };
+                let (result, ()) = tokio::join!(observed, answer);
+                assert_eq!(result.expect("observed").pods.total, 0);
+            } else {
+                // Nothing answers: a request would hang until the timeout.
+                let result = tokio::time::timeout(std::time::Duration::from_secs(1), observed)
+                    .await
+                    .expect("no request was sent");
+                assert_eq!(result.expect("observed").pods.total, 0);
+                drop(ctx);
+                assert!(server.is_idle().await);
+            }
+        }
     }
 }

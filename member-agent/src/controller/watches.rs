@@ -16,6 +16,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
+use lifeboat_api::stages;
 use lifeboat_runtime::readiness::{Readiness, WatchSync};
 use tokio::task::AbortHandle;
 
@@ -151,6 +152,7 @@ pub async fn watch_appwrappers(
 /// Watches the AppWrapper-labelled pods of the cluster.
 pub async fn watch_pods(
     client: kube::Client,
+    cluster: String,
     pods: Arc<RwLock<PodIndex>>,
     tx: Trigger,
     sync: WatchSync,
@@ -159,12 +161,23 @@ pub async fn watch_pods(
     let stream = watcher(api, labelled()).default_backoff();
     run("pods", stream, sync, |change| {
         let mut index = pods.write().unwrap_or_else(|e| e.into_inner());
+        let mut failed = false;
         let touched = match change {
             Change::Reset(objs) => index.reset(objs),
-            Change::Apply(pod) => index.apply(pod),
+            Change::Apply(pod) => {
+                failed = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Failed");
+                index.apply(pod)
+            }
             Change::Delete(pod) => index.delete(&pod),
         };
         drop(index);
+        if failed {
+            // A failed pod whose summary changed: a failover's first stage.
+            for key in &touched {
+                tracing::debug!(target: stages::TARGET, stage = stages::POD_FAILED_SEEN,
+                    cluster = %cluster, namespace = %key.namespace, appwrapper = %key.name);
+            }
+        }
         trigger(&tx, touched);
     })
     .await;

@@ -28,6 +28,7 @@ use kube::api::{
 use lifeboat_api::binding::{FIELD_MANAGER, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE};
 use lifeboat_api::policy::PurgeMode;
 use lifeboat_api::protocol::{Work, WorkKey};
+use lifeboat_api::stages;
 use tokio::sync::mpsc;
 use tokio_util::time::DelayQueue;
 use tracing::Instrument;
@@ -304,6 +305,11 @@ impl Applier {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The member this applier applies to (for logs and spans).
+    pub fn cluster(&self) -> &str {
+        &self.cluster
+    }
+
     /// The hub wants `work` in the cluster.
     pub fn upsert(&self, work: Box<Work>) {
         let key = work.key.clone();
@@ -507,6 +513,8 @@ impl Applier {
                 self.watches.ensure(&resource);
                 self.metrics.applies.with_label_values(&["applied"]).inc();
                 tracing::debug!(object = %id, "applied");
+                tracing::debug!(target: stages::TARGET, stage = stages::OBJECT_APPLIED,
+                    cluster = %self.cluster, work = %key, revision = work.revision);
                 if let Some(old) = applied.filter(|old| *old != id) {
                     // The manifest names another object now: the old one goes.
                     match self

@@ -11,6 +11,7 @@ use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::{WatchStreamExt, watcher};
 use lifeboat_api::binding::LABEL_BINDING_NAME;
 use lifeboat_api::protocol::{StatusResponse, status_path};
+use lifeboat_api::stages;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
@@ -197,6 +198,12 @@ pub async fn run_batcher(
                 }
             };
             let items = batch.report.items.len();
+            if tracing::enabled!(target: stages::TARGET, tracing::Level::DEBUG) {
+                for item in &batch.report.items {
+                    tracing::debug!(target: stages::TARGET, stage = stages::REPORT_SENT,
+                        cluster = %cluster, work = %item.key);
+                }
+            }
             let result: Result<StatusResponse, _> = hub
                 .post("status", &path, &credential.token, &batch.report)
                 .await;

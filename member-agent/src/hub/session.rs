@@ -12,6 +12,7 @@ use lifeboat_api::protocol::{
     Cursor, FencingCredential, HeartbeatRequest, HeartbeatResponse, Inventory, PROTOCOL_VERSION,
     RegisterRequest, WorkKey, heartbeat_path, work_path,
 };
+use lifeboat_api::stages;
 use tokio::sync::watch;
 
 use super::HubMode;
@@ -536,7 +537,11 @@ async fn stream_work(
 
 async fn handle(step: Step, applier: &Applier, book: &SharedBook) {
     match step {
-        Step::Apply(work) => applier.upsert(work),
+        Step::Apply(work) => {
+            tracing::debug!(target: stages::TARGET, stage = stages::WORK_RECEIVED,
+                cluster = %applier.cluster(), work = %work.key, revision = work.revision);
+            applier.upsert(work)
+        }
         Step::Remove { key, confirm } => applier.remove(&key, confirm),
         Step::SnapshotComplete { keys } => complete_snapshot(keys, applier, book).await,
         Step::Nothing => {}
