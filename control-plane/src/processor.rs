@@ -603,8 +603,11 @@ impl StatusState {
                     report.observed_at.0, last.0
                 ));
             }
-            if report.observed_at.0 == last.0 {
-                // The same report again (a retried or replayed request): nothing new.
+            // The same report again (a retried or replayed request): nothing new. A gone
+            // report is the copy's last word, taken even in the second of the last report (an
+            // agent sees a copy gone a few tenths of a second after its last status, and a
+            // `Directly` failover waits for it); taken twice, it changes nothing.
+            if report.observed_at.0 == last.0 && !report.gone {
                 return Ok(None);
             }
         }
@@ -2090,6 +2093,28 @@ mod tests {
         );
         assert_eq!((p.response.accepted, p.dirty.len()), (1, 0));
         assert_eq!(state.items(&key())[0].gone_at, Some(at(13)));
+    }
+
+    #[test]
+    fn a_gone_report_in_the_second_of_the_last_report_is_taken() {
+        let work = store_with_work();
+        let interp = interpreters();
+        let mut state = StatusState::default();
+        let failed = batch(
+            "m1",
+            vec![report(5, appwrapper("Failed", Some("[Infrastructure] x")))],
+        );
+        state.process(&failed, &work, |_| None, &interp, &at(10));
+        work.withdraw_for_purge("m1", &key(), "uid-1");
+        let gone = WorkStatus {
+            applied: false,
+            observed: None,
+            gone: true,
+            ..report(5, json!({}))
+        };
+        let p = state.process(&batch("m1", vec![gone]), &work, |_| None, &interp, &at(10));
+        assert_eq!((p.response.accepted, p.dirty.len()), (1, 1));
+        assert_eq!(state.items(&key())[0].gone_at, Some(at(10)));
     }
 
     #[test]

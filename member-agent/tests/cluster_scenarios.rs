@@ -50,6 +50,14 @@ fn main() -> ExitCode {
                 member_apiserver_stopped,
             ),
             E2eTest::new(
+                "a_stopped_member_apiserver_moves_its_workload_in_seconds_at_toleration_0",
+                member_apiserver_stopped_toleration_0,
+            ),
+            E2eTest::new(
+                "after_a_member_apiserver_restart_new_work_runs_there_promptly",
+                member_apiserver_restarted,
+            ),
+            E2eTest::new(
                 "a_cluster_deleted_on_the_hub_moves_its_work_and_stops_its_agent_until_it_rejoins",
                 cluster_deleted_on_the_hub,
             ),
@@ -59,18 +67,11 @@ fn main() -> ExitCode {
 
 static HUB: tokio::sync::OnceCell<FleetHub> = tokio::sync::OnceCell::const_new();
 
-/// The agents' `--member-api-timeout`: how long a stopped member apiserver goes unreported.
-const MEMBER_API_TIMEOUT: Duration = Duration::from_secs(4);
-
+/// The agents run with the default `--member-api-timeout` (how long a stopped member
+/// apiserver goes unreported), as deployed.
 async fn shared(ctx: &TestContext) -> Result<&'static FleetHub, TestError> {
-    HUB.get_or_try_init(|| {
-        start_fleet_hub(
-            ctx,
-            |_| {},
-            |agent| agent.timing.member_api_timeout = MEMBER_API_TIMEOUT,
-        )
-    })
-    .await
+    HUB.get_or_try_init(|| start_fleet_hub(ctx, |_| {}, |_| {}))
+        .await
 }
 
 fn members(ctx: &TestContext) -> Result<[String; 3], TestError> {
@@ -434,6 +435,181 @@ async fn member_apiserver_stopped(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await?;
+    Ok(())
+}
+
+/// A bound on "stopped member apiserver → its workload Running in another member" at cluster
+/// toleration 0 that fails what the issue measured (27.8 s p50: the agent's 30 s silence bound
+/// before the hub heard of it), with room for a loaded machine; the goal is < 5 s, measured by
+/// `benches/failover_e2e.rs --member-loss` (BENCHMARKS.md), not here.
+const LOST_MEMBER_BOUND: Duration = Duration::from_secs(15);
+
+/// Issue 20: member A's kube-apiserver stops under a workload whose policy fails clusters over
+/// at once (`tolerationSeconds: 0`, `Gracefully`). The agent notices within its bound (default
+/// `--member-api-timeout` 2 s) and tells the hub in a heartbeat sent at once; the hub marks A
+/// not Ready (`MemberAPIUnreachable`) and moves the workload, which runs in another member
+/// within [`LOST_MEMBER_BOUND`]. A's apiserver starts again: its old copy is withdrawn.
+async fn member_apiserver_stopped_toleration_0(ctx: Arc<TestContext>) -> TestResult {
+    shared(&ctx).await?;
+    let s = Scenario::new(
+        ctx.clone(),
+        json!({"cluster": {"tolerationSeconds": 0, "purgeMode": "Gracefully"}}),
+    )
+    .await?;
+    let aw = support::appwrapper(
+        "serve",
+        &[],
+        vec![support::job("serve-job", "sleep infinity", 1, 1)],
+    )?;
+    s.create(&aw).await?;
+    let lost = s.placed("serve").await?;
+    let lost_api = s.in_member(&lost).await?;
+    support::until_ready(&lost_api, "serve").await?;
+    s.until_health("serve", &lost, ResourceHealth::Healthy, None)
+        .await?;
+    let stopped = std::time::Instant::now();
+    ctx.fleet.stop_apiserver(&lost)?;
+    let result = async {
+        let moved = s
+            .until_binding(
+                "serve",
+                &format!("serve moved off {lost}"),
+                LOST_MEMBER_BOUND,
+                |b| match placement(b).as_slice() {
+                    [one] if *one != lost => Ok(()),
+                    other => Err(format!("clusters {other:?}")),
+                },
+            )
+            .await?;
+        let record = record_for(&moved, &lost)?;
+        if record.reason != "ClusterFailure" {
+            return Err(format!("eviction record {record:?}").into());
+        }
+        let target = placement(&moved).remove(0);
+        let left = LOST_MEMBER_BOUND.saturating_sub(stopped.elapsed());
+        support::until(
+            &s.in_member(&target).await?,
+            "serve",
+            &format!("serve Running in {target}"),
+            left,
+            |aw| support::phase(aw) == lifeboat_api::appwrapper::AppWrapperPhase::Running,
+        )
+        .await?;
+        println!(
+            "{lost}'s kube-apiserver stopped → serve Running in {target}: {:.1} s",
+            stopped.elapsed().as_secs_f64()
+        );
+        let condition = ready_condition(&s.hub, &lost).await?;
+        match condition {
+            Some(c) if c.status == "False" && c.reason == "MemberAPIUnreachable" => {
+                Ok::<(), TestError>(())
+            }
+            other => Err(format!(
+                "{lost}'s Ready condition: {:?}",
+                other.map(|c| (c.status, c.reason))
+            )
+            .into()),
+        }
+    }
+    .await;
+    ctx.fleet.start_apiserver(&lost).await?;
+    result?;
+    wait::until(&format!("the old copy in {lost} withdrawn"), T, || async {
+        match lost_api.get_opt("serve").await {
+            Ok(None) => Ok(()),
+            Ok(Some(aw)) => Err(format!("still there ({:?})", support::phase(&aw))),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+/// How long the member's apiserver stays down in the restart test: long enough for
+/// kube-runtime's default watch backoff (0.8 s doubling to 30 s) to reach waits of tens of
+/// seconds, as a real apiserver restart does.
+const APISERVER_DOWN: Duration = Duration::from_secs(20);
+/// A bound on "apiserver ready again → new work placed there Running" that fails what the issue
+/// measured (watches idle about 50 s), with room for a loaded machine.
+const RESUME_BOUND: Duration = Duration::from_secs(15);
+
+/// Issue 20: member A's kube-apiserver restarts (down [`APISERVER_DOWN`]) under a workload that
+/// stays (cluster toleration far longer than the test). Right after it is ready again, a new
+/// AppWrapper placed on A is created on the hub: the agent applies it, its controller (watches
+/// of AppWrappers, wrapped kinds) runs it, and its status watch reports it Running to the hub,
+/// within [`RESUME_BOUND`] of the apiserver being ready. The first workload is Healthy again
+/// too (untimed: its pods are the member's scheduler's and kwok's).
+async fn member_apiserver_restarted(ctx: Arc<TestContext>) -> TestResult {
+    shared(&ctx).await?;
+    let s = Scenario::new(ctx.clone(), json!({})).await?;
+    let [a, ..] = members(&ctx)?;
+    lifeboat_e2e::fleet::lifeboat::apply_propagation_policy(
+        &s.hub,
+        &s.ns,
+        "scenario",
+        json!({
+            "resourceSelectors": [{"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper"}],
+            "placement": {"clusterAffinity": {"clusterNames": [a]}},
+            "failover": {"cluster": {"tolerationSeconds": 3600, "purgeMode": "Gracefully"}},
+        }),
+    )
+    .await?;
+    let first = support::appwrapper(
+        "before",
+        &[],
+        vec![support::job("before-job", "sleep infinity", 1, 1)],
+    )?;
+    s.create(&first).await?;
+    let api = s.in_member(&a).await?;
+    support::until_ready(&api, "before").await?;
+    s.until_health("before", &a, ResourceHealth::Healthy, None)
+        .await?;
+    ctx.fleet.stop_apiserver(&a)?;
+    tokio::time::sleep(APISERVER_DOWN).await;
+    ctx.fleet.start_apiserver(&a).await?;
+    let ready = std::time::Instant::now();
+    let second = support::appwrapper(
+        "after",
+        &[],
+        vec![support::job("after-job", "sleep infinity", 1, 1)],
+    )?;
+    s.create(&second).await?;
+    support::until(
+        &api,
+        "after",
+        &format!("after Running in {a}"),
+        RESUME_BOUND,
+        |aw| support::phase(aw) == lifeboat_api::appwrapper::AppWrapperPhase::Running,
+    )
+    .await?;
+    let running = ready.elapsed();
+    let left = RESUME_BOUND.saturating_sub(running);
+    // The agent's status watch reported the copy Running (its pods becoming ready is the
+    // member's scheduler and kwok, whose own watches come back on client-go's backoff).
+    s.until_binding(
+        "after",
+        "after reported Running to the hub",
+        left,
+        |b| match b.cluster_status(&a) {
+            Some(i)
+                if i.health == ResourceHealth::Healthy
+                    || i.health_reason
+                        .as_deref()
+                        .is_some_and(|r| r.starts_with("Running")) =>
+            {
+                Ok(())
+            }
+            other => Err(describe_item(other)),
+        },
+    )
+    .await?;
+    println!(
+        "{a}'s kube-apiserver ready again → new work Running there {:.1} s, reported Running to the hub {:.1} s",
+        running.as_secs_f64(),
+        ready.elapsed().as_secs_f64()
+    );
+    s.until_health("before", &a, ResourceHealth::Healthy, None)
+        .await?;
     Ok(())
 }
 

@@ -11,6 +11,7 @@
 //! - [`shutdown`]: a future that resolves on Ctrl-C or SIGTERM.
 //! - [`readiness`]: whether every watch has synced its initial list (`/readyz`).
 //! - [`tls_listener`]: TLS connections for axum, handshakes concurrent and bounded in time.
+//! - [`watch`]: the backoff of watches: retried within a second, a `410 Expired` re-listed at once.
 //! - [`webhook`]: where an apiserver calls an admission webhook and its `clientConfig`.
 //! - `leader::flags` (feature `clap`): the leader-election flags of every binary.
 //! - `mock` (feature `mock`): a mock `kube::Client` for unit tests of exact API calls.
@@ -25,4 +26,5 @@ pub mod mock;
 pub mod readiness;
 pub mod shutdown;
 pub mod tls_listener;
+pub mod watch;
 pub mod webhook;

@@ -71,7 +71,9 @@ pub(crate) fn screen(
                 });
                 continue;
             }
-            if item.observed_at.0 == last.0 {
+            // A gone report is the copy's last word: taken even in the second of the last
+            // report (the processor takes it twice without a change).
+            if item.observed_at.0 == last.0 && !item.gone {
                 screened.duplicates += 1;
                 continue;
             }
@@ -271,6 +273,24 @@ mod tests {
         // another cluster's work is not this cluster's
         let screened = screen("m2", vec![item("a", "uid-a", 1)], &work, &mut taken);
         assert!(screened.forward.is_empty() && screened.rejected.len() == 1);
+    }
+
+    #[test]
+    fn a_gone_report_in_the_second_of_the_last_report_is_forwarded() {
+        let work = store();
+        let mut taken = TakenReports::new();
+        let failed = item("a", "uid-a", 1);
+        let screened = screen("m1", vec![failed.clone()], &work, &mut taken);
+        remember(&mut taken, vec![Mark::of(&failed)], &screened.rejected);
+        work.withdraw_for_purge("m1", &key("a"), "uid-a");
+        let gone = WorkStatus {
+            applied: false,
+            observed: None,
+            gone: true,
+            ..item("a", "uid-a", 1)
+        };
+        let screened = screen("m1", vec![gone.clone()], &work, &mut taken);
+        assert_eq!((screened.forward, screened.duplicates), (vec![gone], 0));
     }
 
     #[test]

@@ -129,8 +129,7 @@ pub async fn watch_appwrappers(
     sync: WatchSync,
 ) {
     let api: Api<AppWrapper> = Api::all(client);
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+    let stream = lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()))
         .modify(|aw| aw.managed_fields_mut().clear())
         .reflect(writer);
     let mut stream = std::pin::pin!(stream);
@@ -158,7 +157,7 @@ pub async fn watch_pods(
     sync: WatchSync,
 ) {
     let api: Api<Pod> = Api::all(client);
-    let stream = watcher(api, labelled()).default_backoff();
+    let stream = lifeboat_runtime::watch::backoff(watcher(api, labelled()));
     run("pods", stream, sync, |change| {
         let mut index = pods.write().unwrap_or_else(|e| e.into_inner());
         let mut failed = false;
@@ -192,7 +191,7 @@ pub async fn watch_nodes(
     sync: WatchSync,
 ) {
     let api: Api<Node> = Api::all(client);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let stream = lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()));
     run("nodes", stream, sync, |change| {
         let mut index = nodes.write().unwrap_or_else(|e| e.into_inner());
         let affected: Vec<String> = match change {
@@ -330,7 +329,7 @@ impl ComponentWatches {
             .or_insert_with(|| {
                 let index = Arc::new(RwLock::new(ComponentIndex::new(api_version, kind)));
                 let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-                let stream = watcher(api, labelled()).default_backoff();
+                let stream = lifeboat_runtime::watch::backoff(watcher(api, labelled()));
                 let (index2, tx) = (index.clone(), self.tx.clone());
                 let name = format!("{api_version} {kind}");
                 let sync = self.readiness.expect(name.clone());

@@ -1,15 +1,24 @@
 //! Applying the hub's works in the member: server-side apply (field manager `lifeboat`, forced)
 //! of each work's manifest, labelled with its binding; deletion of what is no longer assigned
 //! (found by its binding labels, deleted only if the labels name that work, with a UID
-//! precondition, in the foreground: the object stays until its dependents are gone); and,
+//! precondition, in the background: nothing waits for the member's garbage collector); and,
 //! after a snapshot, the sweep that adopts what this agent created before a restart and removes
 //! what no longer has a work.
 //!
 //! A work withdrawn with a request to confirm its copy gone (a `Directly` eviction) is watched
-//! until its objects are no longer served, then reported gone. The foreground deletion makes
-//! that the moment its pods are gone from the API server too (an AppWrapper's finalizer waits for
-//! them as well). A work this agent does not know (it restarted since) is found by its binding
-//! labels.
+//! until the workload no longer runs, then reported gone: an AppWrapper is deleted in the
+//! background and is gone once it is no longer served (its finalizer, this agent's controller,
+//! holds it until its components and pods are gone) and no pod labelled with it is left that
+//! is not terminal (read by the agent itself, whoever holds the AppWrapper's finalizers); any
+//! other kind is deleted in the foreground, so it is served until the garbage collector has
+//! deleted its dependents. A work this agent does not know (it restarted since) is found by
+//! its binding labels.
+//!
+//! Why not the foreground everywhere: a foreground deletion ends when the member's garbage
+//! collector removes its `foregroundDeletion` finalizer, and the garbage collector learns new
+//! kinds only at its periodic discovery (30 s in kube-controller-manager). An AppWrapper
+//! withdrawn in the first half minute after the agent installed its CRD stayed for about 19 s on
+//! the fleet (issue 20).
 //!
 //! One worker applies works concurrently (a bounded number at a time, never two applies of the
 //! same work at once); a failed apply is reported to the hub (`applied: false` with the error)
@@ -21,10 +30,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
     PropagationPolicy,
 };
+use lifeboat_api::appwrapper::constants::{self as aw, APPWRAPPER_LABEL};
 use lifeboat_api::binding::{FIELD_MANAGER, LABEL_BINDING_NAME, LABEL_BINDING_NAMESPACE};
 use lifeboat_api::policy::PurgeMode;
 use lifeboat_api::protocol::{Work, WorkKey};
@@ -46,14 +57,49 @@ use super::work::{Labelled, ManifestError, ObjectId, Prepared, key_of, orphans, 
 const RETRY_BASE: Duration = Duration::from_secs(1);
 /// Kinds listed at once by a sweep.
 const SWEEP_CONCURRENCY: usize = 4;
-/// How often a withdrawn copy the hub waits for is checked while it is being deleted.
-const GONE_POLL: Duration = Duration::from_millis(500);
+/// How often a withdrawn copy the hub waits for is checked while it is being deleted: first
+/// after this long, doubling up to [`GONE_POLL_MAX`] (most copies are gone within a few tenths of
+/// a second; a slow one is not read ten times a second).
+const GONE_POLL_MIN: Duration = Duration::from_millis(50);
+const GONE_POLL_MAX: Duration = Duration::from_millis(500);
+
+/// The `n`th wait (from 0) for a withdrawn copy to be gone.
+fn gone_poll(n: u32) -> Duration {
+    GONE_POLL_MIN
+        .saturating_mul(1u32.checked_shl(n).unwrap_or(u32::MAX))
+        .min(GONE_POLL_MAX)
+}
+
+/// How an object no longer assigned is deleted: in the background, but in the foreground when
+/// its absence is reported to the hub as the workload's and it is not an AppWrapper (whose
+/// pods the agent checks itself, see the module).
+fn propagation_for(id: &ObjectId, confirm: bool) -> PropagationPolicy {
+    if confirm && !is_appwrapper(id) {
+        PropagationPolicy::Foreground
+    } else {
+        PropagationPolicy::Background
+    }
+}
+
+fn is_appwrapper(id: &ObjectId) -> bool {
+    id.group == aw::GROUP && id.kind == aw::KIND
+}
+
+/// Whether a pod still runs (or may): not `Succeeded` or `Failed`.
+fn pod_runs(pod: &Pod) -> bool {
+    !matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
 
 /// What [`Applier::delete_owned`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Deletion {
-    /// Not there (or its labels name another work, or its kind is gone).
+    /// Not there (or its kind is gone).
     Absent,
+    /// There, but its binding labels name another work: not this work's copy.
+    OtherWork,
     /// Deletion asked for now.
     Requested,
     /// Being deleted already (its finalizers and dependents are not done).
@@ -169,6 +215,8 @@ struct Slot {
     confirm: Option<String>,
     /// The objects of a withdrawn work this agent did not know, found by their labels.
     found: Option<Vec<ObjectId>>,
+    /// How many times the removal of a confirmed purge looked and found the copy still there.
+    gone_polls: u32,
 }
 
 impl Slot {
@@ -181,6 +229,7 @@ impl Slot {
             backoff: Backoff::new(RETRY_BASE, max_backoff),
             confirm: None,
             found: None,
+            gone_polls: 0,
         }
     }
 }
@@ -778,7 +827,7 @@ impl Applier {
         let mut remaining = 0;
         for id in &ids {
             match self
-                .delete_owned(id, key, PropagationPolicy::Foreground)
+                .delete_owned(id, key, propagation_for(id, confirm.is_some()))
                 .await
             {
                 Ok(Deletion::Requested) => {
@@ -787,7 +836,21 @@ impl Applier {
                     tracing::info!(object = %id, "deleted: no longer assigned to this cluster");
                 }
                 Ok(Deletion::Pending) => remaining += 1,
-                Ok(Deletion::Absent) => {}
+                Ok(Deletion::Absent) if confirm.is_some() && is_appwrapper(id) => {
+                    // Deleted in the background: gone only once none of its pods runs.
+                    match self.running_pods(id).await {
+                        Ok(0) => {}
+                        Ok(pods) => {
+                            tracing::debug!(object = %id, pods, "the withdrawn AppWrapper is gone, pods of it still run");
+                            remaining += 1;
+                        }
+                        Err(e) => {
+                            failed = true;
+                            tracing::warn!(object = %id, error = %e, "cannot list the pods of a withdrawn AppWrapper");
+                        }
+                    }
+                }
+                Ok(Deletion::Absent | Deletion::OtherWork) => {}
                 Err(e) => {
                     failed = true;
                     self.metrics
@@ -812,7 +875,9 @@ impl Applier {
             }
             if slot.confirm.is_some() && remaining > 0 {
                 // The hub waits for the copy to be gone, not for its deletion to be asked.
-                return Outcome::Retry(GONE_POLL);
+                let wait = gone_poll(slot.gone_polls);
+                slot.gone_polls = slot.gone_polls.saturating_add(1);
+                return Outcome::Retry(wait);
             }
             slots.remove(key).and_then(|s| s.confirm)
         };
@@ -821,9 +886,26 @@ impl Applier {
                 objects = ids.len(),
                 "the withdrawn copy is gone: reporting it to the hub"
             );
-            self.book.with(|b| b.gone(key, &binding_uid));
+            self.book.report_gone(key, &binding_uid);
         }
         Outcome::Done
+    }
+
+    /// How many pods labelled with the AppWrapper `id` are not terminal, read from the member's
+    /// apiserver (not a cache: the count decides a gone report).
+    async fn running_pods(&self, id: &ObjectId) -> Result<usize, kube::Error> {
+        let pods: Api<Pod> = match &id.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => return Ok(0),
+        };
+        let params = ListParams::default().labels(&format!("{APPWRAPPER_LABEL}={}", id.name));
+        Ok(pods
+            .list(&params)
+            .await?
+            .items
+            .iter()
+            .filter(|p| pod_runs(p))
+            .count())
     }
 
     fn retry_removal(&self, key: &WorkKey) -> Outcome {
@@ -875,7 +957,7 @@ impl Applier {
         let owner = object.metadata.labels.as_ref().and_then(key_of);
         if owner.as_ref() != Some(key) {
             tracing::info!(object = %id, "not deleted: its binding labels name another work");
-            return Ok(Deletion::Absent);
+            return Ok(Deletion::OtherWork);
         }
         if object.metadata.deletion_timestamp.is_some() {
             return Ok(Deletion::Pending);
@@ -930,7 +1012,7 @@ impl Applier {
                 continue;
             };
             match self
-                .delete_owned(&id, &key, PropagationPolicy::Foreground)
+                .delete_owned(&id, &key, PropagationPolicy::Background)
                 .await
             {
                 Ok(Deletion::Requested) => {
@@ -938,7 +1020,7 @@ impl Applier {
                     self.metrics.applies.with_label_values(&["deleted"]).inc();
                     tracing::info!(object = %id, work = %key, "deleted: its work is no longer assigned to this cluster");
                 }
-                Ok(Deletion::Pending | Deletion::Absent) => {}
+                Ok(Deletion::Pending | Deletion::Absent | Deletion::OtherWork) => {}
                 Err(e) => {
                     self.metrics
                         .applies

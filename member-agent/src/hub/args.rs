@@ -63,7 +63,7 @@ pub struct HubArgs {
         id = "hub-member-api-timeout",
         long = "member-api-timeout",
         env = "LIFEBOAT_HUB_MEMBER_API_TIMEOUT",
-        default_value = "30s",
+        default_value = "2s",
         value_name = "DURATION"
     )]
     pub member_api_timeout: String,

@@ -85,7 +85,7 @@ pub enum FencingChoice {
 }
 
 /// Default `--member-api-timeout`.
-pub const DEFAULT_MEMBER_API_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_MEMBER_API_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Timeouts and periods (defaults fit production; tests shorten them).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use lifeboat_api::protocol::Inventory;
 
 use super::inventory::{ClusterView, NodeFacts, PodLoad};
@@ -55,7 +55,7 @@ pub async fn watch_nodes(
     reclamation_taints: Vec<String>,
 ) {
     let api: Api<Node> = Api::all(client);
-    let stream = watcher(api, watcher::Config::default()).default_backoff();
+    let stream = lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()));
     let mut stream = std::pin::pin!(stream);
     let mut feeder = Feeder::default();
     let facts = |node: &Node| NodeFacts::of(node, &health, &reclamation_taints);
@@ -98,7 +98,7 @@ fn pod_key(pod: &Pod) -> String {
 pub async fn watch_pods(client: kube::Client, state: std::sync::Arc<ClusterState>) {
     let api: Api<Pod> = Api::all(client);
     let config = watcher::Config::default().fields(POD_FIELD_SELECTOR);
-    let stream = watcher(api, config).default_backoff();
+    let stream = lifeboat_runtime::watch::backoff(watcher(api, config));
     let mut stream = std::pin::pin!(stream);
     let mut feeder = Feeder::default();
     while let Some(event) = stream.next().await {

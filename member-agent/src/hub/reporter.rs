@@ -1,6 +1,7 @@
 //! Status reporting, the IO around [`StatusBook`]: one watch per applied kind (label selector
 //! on the binding label, all namespaces) feeds the book; a batcher sends the changed works to
-//! the hub every [`REPORT_INTERVAL`] or as soon as [`MAX_BATCH`] are waiting.
+//! the hub every [`REPORT_INTERVAL`] or as soon as [`MAX_BATCH`] are waiting, and a gone report
+//! at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use lifeboat_api::binding::LABEL_BINDING_NAME;
 use lifeboat_api::protocol::{StatusResponse, status_path};
 use lifeboat_api::stages;
@@ -61,6 +62,15 @@ impl SharedBook {
     }
 }
 
+impl SharedBook {
+    /// The applier saw the copy of a purge gone: the batcher sends the report at once (the
+    /// hub's `Directly` failover waits for it), not at its next tick.
+    pub fn report_gone(&self, key: &lifeboat_api::protocol::WorkKey, binding_uid: &str) {
+        self.with(|b| b.gone(key, binding_uid));
+        self.wake.notify_one();
+    }
+}
+
 fn now_second() -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_second()
 }
@@ -94,8 +104,10 @@ impl StatusWatches {
             return;
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let stream =
-            watcher(api, watcher::Config::default().labels(LABEL_BINDING_NAME)).default_backoff();
+        let stream = lifeboat_runtime::watch::backoff(watcher(
+            api,
+            watcher::Config::default().labels(LABEL_BINDING_NAME),
+        ));
         let book = self.book.clone();
         let resource = resource.clone();
         let task = tokio::spawn(async move {

@@ -393,10 +393,12 @@ async fn heartbeat(
                 }
                 // The next heartbeat at its interval, or sooner (at least a second after this
                 // one) when a node changed: its inventory tells the hub whether the workloads
-                // still fit here, which decides whether a node notice moves them.
+                // still fit here, which decides whether a node notice moves them. At once when
+                // the member's apiserver stopped or started answering: the hub acts on it.
                 let next = tokio::time::Instant::now() + credential.heartbeat_interval;
                 tokio::select! {
                     () = tokio::time::sleep_until(next) => {}
+                    () = member_api.changed.notified() => {}
                     () = cluster_state.nodes_changed.notified() => {
                         tokio::time::sleep_until(
                             (tokio::time::Instant::now() + EARLY_HEARTBEAT_SPACING).min(next),
