@@ -23,7 +23,7 @@ use lifeboat_api::binding::{
     ResourceBindingSpec, TargetCluster,
 };
 use lifeboat_api::cluster::Cluster;
-use lifeboat_api::policy::{AnyPolicy, ClusterPropagationPolicy, PropagationPolicy};
+use lifeboat_api::policy::{AnyPolicy, ClusterPropagationPolicy, PropagationPolicy, PurgeMode};
 use lifeboat_api::protocol::WorkKey;
 use lifeboat_api::stages;
 use serde_json::Value;
@@ -765,8 +765,13 @@ impl Binder {
         // The spec (placement, eviction) is written: dispatch before the status write, which
         // only reports the pass (conditions) and is not an input of the work.
         self.dispatch(&binding, &template_json)?;
+        // What a Directly eviction waits for (its agent's report, or the hub's fence) is decided
+        // on the written binding, and the echo of this write is not looked at again: one more
+        // pass at once decides it and asks for the fence.
+        let directly = evicted.iter().any(|e| e.purge_mode == PurgeMode::Directly);
         Ok(Reconciled {
             outcome: match retry {
+                _ if directly => Outcome::RetryAfter(Duration::ZERO),
                 Some(after) => Outcome::RetryAfter(after),
                 None => Outcome::Done,
             },
@@ -1073,7 +1078,7 @@ impl Binder {
             .spec
             .graceful_eviction_tasks
             .iter()
-            .filter(|t| t.purge_mode != Some(lifeboat_api::policy::PurgeMode::Directly))
+            .filter(|t| t.purge_mode != Some(PurgeMode::Directly))
             .map(|t| TargetCluster {
                 name: t.from_cluster.clone(),
                 replicas: t.replicas.unwrap_or_default(),
