@@ -126,6 +126,10 @@ bench: k8s-bins
 # cluster, and end to end on the fleet with the real hub and agents.
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --decision
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss
+# Issue 20, the hub's share as recorded: decisions spaced, in bursts of 100 and one of 1,000;
+# a killed agent in the fast profile (lease 3 s, heartbeat 1 s, cluster toleration 0).
+	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --decision --templates 1300 --spaced 100 --bursts 2 --burst 100 --big-burst 1000
+	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss --lease 3 --heartbeat 1 --toleration 0 --templates 100
 # Issue 20: the burst of 100 resets (each AppWrapper's Job deleted) as recorded, dev profile.
 	$(CARGO) bench --profile dev -p lifeboat-agent --bench agent -- --appwrappers 100 --pods 1 --failures 0 --burst 100 --window 0
 # Issue 20: each row of its table (the five failover paths, `--mode all`), with the latency
