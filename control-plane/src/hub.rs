@@ -175,8 +175,7 @@ where
     let (store, writer) = reflector::store();
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default())
-            .default_backoff()
+        lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()))
             .modify(|o| o.meta_mut().managed_fields = None),
     );
     tokio::spawn(async move {

@@ -135,8 +135,43 @@ pub fn key_of(kind: &'static TemplateKind, object: &DynamicObject) -> TemplateKe
     }
 }
 
+/// A hash of what a binder pass reads of a template: all of it but its status and the object's
+/// bookkeeping (resourceVersion, managed fields). The hub writes each template's status from
+/// its binding (`crate::template_status`) after every failover; deciding again on that echo
+/// was one binder pass per failover that could change nothing.
+pub fn binder_view(object: &DynamicObject) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let meta = &object.metadata;
+    (
+        &meta.uid,
+        &meta.generation,
+        &meta.labels,
+        &meta.annotations,
+        &meta.deletion_timestamp.as_ref().map(|t| t.0.to_string()),
+        &meta.finalizers,
+    )
+        .hash(&mut hasher);
+    if let Some(owners) = &meta.owner_references {
+        for owner in owners {
+            owner.uid.hash(&mut hasher);
+        }
+    }
+    match object.data.as_object() {
+        Some(fields) => {
+            for (field, value) in fields.iter().filter(|(f, _)| f.as_str() != "status") {
+                field.hash(&mut hasher);
+                value.to_string().hash(&mut hasher);
+            }
+        }
+        None => object.data.to_string().hash(&mut hasher),
+    }
+    hasher.finish()
+}
+
 /// Watches every available template kind until `shutdown`; calls `changed` with the key of
-/// every template added, modified or deleted (and of every template at each initial list).
+/// every template added, modified or deleted (and of every template at each initial list),
+/// but not of one whose change a binder pass does not read ([`binder_view`]: its status).
 /// `synced` counts the kinds whose initial list is complete, out of those found so far.
 pub async fn run(
     client: kube::Client,
@@ -220,21 +255,27 @@ fn start_watch(
         .unwrap_or_else(|e| e.into_inner())
         .insert(kind.kind, Watched { resource, store });
     tracing::info!(kind = kind.kind, "watching templates");
-    let stream = watcher(api, watcher::Config::default())
-        .default_backoff()
+    // A watch resumes within a second of its apiserver's return (`lifeboat_runtime::watch`).
+    let stream = lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()))
         // The hub never needs who wrote which field: managed fields would double the cache.
         .modify(|o| o.meta_mut().managed_fields = None);
     tokio::spawn(async move {
         let mut listed = false;
+        let mut seen: HashMap<TemplateKey, u64> = HashMap::new();
         let mut events = std::pin::pin!(reflector::reflector(writer, stream));
         while let Some(event) = events.next().await {
             match event {
-                Ok(
-                    watcher::Event::Apply(o)
-                    | watcher::Event::Delete(o)
-                    | watcher::Event::InitApply(o),
-                ) => {
-                    changed(key_of(kind, &o));
+                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
+                    let key = key_of(kind, &o);
+                    let view = binder_view(&o);
+                    if seen.insert(key.clone(), view) != Some(view) {
+                        changed(key);
+                    }
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    let key = key_of(kind, &o);
+                    seen.remove(&key);
+                    changed(key);
                 }
                 Ok(watcher::Event::InitDone) => {
                     if !listed {
@@ -242,11 +283,46 @@ fn start_watch(
                         synced.send_modify(|s| s.listed += 1);
                     }
                 }
-                Ok(watcher::Event::Init) => {}
+                // A re-list: every template is handed on again.
+                Ok(watcher::Event::Init) => seen.clear(),
                 Err(e) => {
                     tracing::warn!(kind = kind.kind, error = %e, "template watch error; retrying")
                 }
             }
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn appwrapper(status: &str, replicas: u32) -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "workload.codeflare.dev/v1beta2",
+            "kind": "AppWrapper",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "generation": 1,
+                         "resourceVersion": status, "labels": {"team": "x"}},
+            "spec": {"components": [{"template": {"spec": {"replicas": replicas}}}]},
+            "status": {"phase": status}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_status_write_leaves_the_binder_view_alone_a_spec_or_label_change_does_not() {
+        let base = binder_view(&appwrapper("Running", 1));
+        assert_eq!(base, binder_view(&appwrapper("Failed", 1)));
+        assert_ne!(base, binder_view(&appwrapper("Running", 2)));
+        let mut relabelled = appwrapper("Running", 1);
+        relabelled.metadata.labels = Some([("team".to_string(), "y".to_string())].into());
+        assert_ne!(base, binder_view(&relabelled));
+        let mut deleting = appwrapper("Running", 1);
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        assert_ne!(base, binder_view(&deleting));
+    }
 }

@@ -39,7 +39,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_api::protocol::{self, API_PREFIX};
@@ -175,11 +175,10 @@ impl AgentApi {
         let credentials = Arc::new(CredentialIndex::default());
         let credential_task = {
             let index = credentials.clone();
-            let stream = watcher(
+            let stream = lifeboat_runtime::watch::backoff(watcher(
                 secrets.clone(),
                 watcher::Config::default().fields(&format!("type={CLUSTER_CREDENTIAL_TYPE}")),
-            )
-            .default_backoff();
+            ));
             tokio::spawn(async move {
                 let mut stream = std::pin::pin!(stream);
                 while let Some(event) = stream.next().await {
@@ -378,7 +377,10 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    let stream = reflector::reflector(
+        writer,
+        lifeboat_runtime::watch::backoff(watcher(api, config)),
+    );
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(event) = stream.next().await {
