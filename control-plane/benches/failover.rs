@@ -573,6 +573,52 @@ async fn burst(
     Ok(done.into_iter().map(|p| (sent, p)).collect())
 }
 
+/// Each binder pass stage's (count, total seconds) so far
+/// (`lifeboat_hub_binder_stage_duration_seconds`).
+fn stages(registry: &prometheus::Registry) -> Vec<(String, u64, f64)> {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == "lifeboat_hub_binder_stage_duration_seconds")
+        .flat_map(|f| f.get_metric().to_vec())
+        .map(|m| {
+            let stage = m
+                .get_label()
+                .iter()
+                .find(|l| l.name() == "stage")
+                .map(|l| l.value().to_string())
+                .unwrap_or_default();
+            let h = m.get_histogram();
+            (stage, h.get_sample_count(), h.get_sample_sum())
+        })
+        .collect()
+}
+
+/// What the binder's passes spent per stage since `before`, and its reconciles.
+fn print_stages(case: &str, registry: &prometheus::Registry, before: &[(String, u64, f64)]) {
+    let now = stages(registry);
+    let parts: Vec<String> = now
+        .iter()
+        .map(|(stage, count, sum)| {
+            let (c0, s0) = before
+                .iter()
+                .find(|(s, _, _)| s == stage)
+                .map_or((0, 0.0), |(_, c, s)| (*c, *s));
+            let (count, sum) = (count - c0, sum - s0);
+            format!(
+                "{stage} {count} × {:.2} ms = {:.2} s",
+                if count > 0 {
+                    sum * 1000.0 / count as f64
+                } else {
+                    0.0
+                },
+                sum
+            )
+        })
+        .collect();
+    println!("{case}: binder stages: {}", parts.join("; "));
+}
+
 async fn decision(
     hub: &kube::Client,
     args: &Args,
@@ -597,6 +643,15 @@ async fn decision(
         "load average (1 min) before the spaced case: {}",
         load_average()
     );
+    let mut mark = stages(registry);
+    let mut reconciles = support::metric(registry, "lifeboat_hub_binder_reconciles_total", &[]);
+    let mut case_done = |case: &str| {
+        print_stages(case, registry, &mark);
+        let now = support::metric(registry, "lifeboat_hub_binder_reconciles_total", &[]);
+        println!("{case}: {:.0} binder reconciles", now - reconciles);
+        mark = stages(registry);
+        reconciles = now;
+    };
     let mut spaced = Vec::with_capacity(args.spaced);
     for (a, key) in victims.by_ref().take(args.spaced) {
         let agent = &agents[a];
@@ -615,6 +670,7 @@ async fn decision(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     figures("spaced", &spaced);
+    case_done("spaced");
     println!(
         "load average (1 min) after the spaced case: {}",
         load_average()
@@ -636,6 +692,7 @@ async fn decision(
         &format!("burst ({} × {})", args.bursts, args.burst),
         &burst_done,
     );
+    case_done("bursts");
     if args.big_burst > 0 {
         tokio::time::sleep(Duration::from_secs(5)).await;
         let chosen: Vec<(usize, WorkKey)> = victims.by_ref().take(args.big_burst).collect();
@@ -646,6 +703,7 @@ async fn decision(
             load_average()
         );
         figures(&format!("burst (1 × {})", args.big_burst), &done);
+        case_done("big burst");
     }
     println!(
         "hub: {:.0} failovers counted, {:.0} binder reconciles, {:.0} binding status writes",

@@ -101,7 +101,15 @@ pub struct BinderMetrics {
     pub bindings: prometheus::IntGaugeVec,
     /// Bindings whose `FailoverBlocked` condition is True now, by its reason.
     pub blocked: prometheus::IntGaugeVec,
+    /// Time spent per stage of a pass ([`PASS_STAGES`]).
+    pub stage_seconds: prometheus::HistogramVec,
 }
+
+/// The stages of a binder pass, as `lifeboat_hub_binder_stage_duration_seconds{stage}` counts
+/// them: the template read for the pass (serialised, replica scripts), the decision (failover
+/// phase and scheduler), the spec write, the dispatch, and the report after it (conditions,
+/// Events, ledger: off the worker).
+pub const PASS_STAGES: [&str; 5] = ["template", "decide", "spec_write", "dispatch", "report"];
 
 impl BinderMetrics {
     pub fn new(registry: &prometheus::Registry) -> Result<BinderMetrics, prometheus::Error> {
@@ -138,6 +146,21 @@ impl BinderMetrics {
         for reason in api_binding::FAILOVER_BLOCKED_REASONS {
             blocked.with_label_values(&[reason]);
         }
+        let stage_seconds = prometheus::HistogramVec::new(
+            prometheus::HistogramOpts::new(
+                "lifeboat_hub_binder_stage_duration_seconds",
+                "Time of one stage of a binder pass: template (serialised, replica scripts), decide (failover phase, scheduler), spec_write, dispatch, report (conditions, Events, ledger)",
+            )
+            .buckets(vec![
+                0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+                1.0, 2.5,
+            ]),
+            &["stage"],
+        )?;
+        for stage in PASS_STAGES {
+            stage_seconds.with_label_values(&[stage]);
+        }
+        registry.register(Box::new(stage_seconds.clone()))?;
         registry.register(Box::new(reconciles.clone()))?;
         registry.register(Box::new(scheduling_seconds.clone()))?;
         registry.register(Box::new(bindings.clone()))?;
@@ -147,6 +170,7 @@ impl BinderMetrics {
             scheduling_seconds,
             bindings,
             blocked,
+            stage_seconds,
         })
     }
 }
@@ -201,6 +225,19 @@ pub struct Binder {
     handoff: Option<Arc<Handoff>>,
     /// What the failover phase read of each binding at its last pass ([`decision_view`]).
     decided: Mutex<HashMap<WorkKey, u64>>,
+    /// What the last pass read of each template ([`TemplateRead`]).
+    template_reads: Mutex<HashMap<TemplateKey, Arc<TemplateRead>>>,
+}
+
+/// A template as a pass reads it: serialised, and what the interpreter's replica scripts say
+/// of it. Kept per template while its resourceVersion and the interpreters are the same: a
+/// burst of failovers makes several passes per binding over an unchanged template.
+struct TemplateRead {
+    resource_version: String,
+    interpreters: Arc<crate::interpreters::Interpreters>,
+    json: Arc<Value>,
+    /// Filled by the first pass that needs it (a template no policy selects has none).
+    replicas: Mutex<Option<Replicas>>,
 }
 
 /// A hash of everything placement and failover read of a Cluster: all of it but the heartbeat
@@ -310,6 +347,7 @@ impl Binder {
             fencer: None,
             handoff: None,
             decided: Mutex::new(HashMap::new()),
+            template_reads: Mutex::new(HashMap::new()),
         }
     }
 
@@ -485,7 +523,10 @@ impl Binder {
     /// phase may have something to decide.
     /// A binding that shows what the last pass already decided on (the echo of the binder's
     /// own spec write, or of a status write it decided on before it was written) is not looked
-    /// at again: in a burst of failovers those echoes were most of the binder's passes.
+    /// at again: in a burst of failovers those echoes were most of the binder's passes. The
+    /// binding is compared as a pass would see it, with the processor's newer items in place
+    /// ([`Binder::with_newest_status`]): the echo of a spec write that overtook the status write
+    /// it decided on shows the same.
     pub fn binding_changed(&self, binding: &ResourceBinding) {
         if !failover_phase::wants_a_look(binding) {
             return;
@@ -496,7 +537,12 @@ impl Binder {
             .unwrap_or_else(|e| e.into_inner())
             .get(&dispatch::work_key(binding))
             .copied();
-        if seen.is_some() && seen == Some(decision_view(binding)) {
+        if seen.is_some()
+            && seen
+                == Some(decision_view(
+                    &self.with_newest_status(Arc::new(binding.clone())),
+                ))
+        {
             return;
         }
         if let Some(key) = template_key_of(binding) {
@@ -540,6 +586,8 @@ impl Binder {
     /// write and the dispatch, off the worker, so a burst of failovers waits on one binding
     /// write each; the key stays busy until its report is done (the next reconcile of that
     /// binding comes after it), and at most `workers` reports run at once, the others queue.
+    /// (Fewer reports at once do not serve a burst: a binding's key stays busy until its report
+    /// is done, so a new failure of a binding whose report waited was decided late.)
     pub async fn run_workers(self: Arc<Self>, workers: usize) {
         let reports = Arc::new(tokio::sync::Semaphore::new(workers.max(1)));
         let mut handles = Vec::new();
@@ -577,7 +625,12 @@ impl Binder {
                     let (binder, reports) = (binder.clone(), reports.clone());
                     tokio::spawn(async move {
                         let reported = match reports.acquire_owned().await {
-                            Ok(_permit) => binder.report(report).instrument(span.clone()).await,
+                            Ok(_permit) => {
+                                let started = Instant::now();
+                                let reported = binder.report(report).instrument(span.clone()).await;
+                                binder.observe_stage("report", started.elapsed());
+                                reported
+                            }
                             Err(_) => Ok(()),
                         };
                         binder.settle(&key, reported.and(outcome), &span);
@@ -588,6 +641,13 @@ impl Binder {
         for h in handles {
             let _ = h.await;
         }
+    }
+
+    fn observe_stage(&self, stage: &str, took: Duration) {
+        self.metrics
+            .stage_seconds
+            .with_label_values(&[stage])
+            .observe(took.as_secs_f64());
     }
 
     /// Counts a reconcile, queues it again as its outcome says, and frees its key.
@@ -626,9 +686,10 @@ impl Binder {
             template,
             now,
         } = report;
+        // The fence first: it is what a Directly failover waits for, the conditions are not.
+        self.ask_for_fences(&binding, &blocked);
         self.apply_status(&binding, scheduling.as_ref(), Some(&policy), &blocked, &now)
             .await?;
-        self.ask_for_fences(&binding, &blocked);
         self.prune_confirmations(&binding).await?;
         if let Some(recorder) = &self.recorder {
             recorder
@@ -661,21 +722,22 @@ impl Binder {
         let Some(template) = self.caches.templates.get(key) else {
             // Gone: the garbage collector deletes the binding (it is owned by the template),
             // and the binding's deletion takes the work off the members.
+            self.forget_template(key);
             return Ok(Outcome::Done.into());
         };
         if template.metadata.deletion_timestamp.is_some() {
+            self.forget_template(key);
             return Ok(Outcome::Done.into());
         }
-        let template_json =
-            serde_json::to_value(&*template).map_err(|source| BindError::Serialization {
-                what: "template",
-                source,
-            })?;
+        let started = Instant::now();
+        let read = self.read_template(key, &template)?;
+        let template_json = &*read.json;
+        let mut template_time = started.elapsed();
         if !self.is_deciding() {
             // Recovering: the agents get their work back as the bindings say; nothing is
             // decided on a status that may predate the restart.
             if let Some(binding) = &existing {
-                self.dispatch(binding, &template_json)?;
+                self.dispatch(binding, template_json)?;
             }
             return Ok(Outcome::Done.into());
         }
@@ -692,11 +754,15 @@ impl Binder {
         let Some(policy) = chosen else {
             if let Some(binding) = existing {
                 self.unbound(&binding, &policies).await?;
-                self.dispatch(&binding, &template_json)?;
+                self.dispatch(&binding, template_json)?;
             }
             return Ok(Outcome::Done.into());
         };
-        let replicas = self.replicas(&template_json)?;
+        let started = Instant::now();
+        let replicas = self.replicas_of(&read)?;
+        template_time += started.elapsed();
+        self.observe_stage("template", template_time);
+        let started = Instant::now();
         let uid = template.metadata.uid.clone().unwrap_or_default();
         let mut desired = detector::binding_spec(kind, &meta, &uid, "", policy, replicas);
         // (Fields the failover phase owns are carried over from the current binding.)
@@ -711,27 +777,26 @@ impl Binder {
         let clusters = self.caches.clusters.state();
         let mut candidate = ResourceBinding::new(&binding_name, desired);
         candidate.metadata.namespace = Some(key.namespace.clone());
-        let planned = plan(
-            existing.as_deref(),
-            candidate,
-            &PlanInputs {
-                clusters: &clusters,
-                placer: self.placer.as_ref(),
-                cluster_evictions: &self.cluster_evictions,
-                now: &now,
-                instant: Instant::now(),
-                scheduling_seconds: Some(&self.metrics.scheduling_seconds),
-            },
-        );
+        let inputs = PlanInputs {
+            clusters: &clusters,
+            placer: self.placer.as_ref(),
+            cluster_evictions: &self.cluster_evictions,
+            now: &now,
+            instant: Instant::now(),
+            scheduling_seconds: Some(&self.metrics.scheduling_seconds),
+        };
+        let planned = plan(existing.as_deref(), candidate, &inputs);
         let Planned {
             spec: desired,
             scheduling,
-            blocked,
+            mut blocked,
             resets,
-            retry,
+            mut retry,
             evicted,
             settled,
         } = planned;
+        self.observe_stage("decide", started.elapsed());
+        let started = Instant::now();
         let binding = self
             .apply_spec(
                 kind,
@@ -742,6 +807,7 @@ impl Binder {
                 policy,
             )
             .await?;
+        self.observe_stage("spec_write", started.elapsed());
         if let Some(seen) = &existing {
             // What this pass decided on, at the generation it wrote.
             let mut view = (**seen).clone();
@@ -764,14 +830,30 @@ impl Binder {
         }
         // The spec (placement, eviction) is written: dispatch before the status write, which
         // only reports the pass (conditions) and is not an input of the work.
-        self.dispatch(&binding, &template_json)?;
+        let started = Instant::now();
+        self.dispatch(&binding, template_json)?;
+        self.observe_stage("dispatch", started.elapsed());
         // What a Directly eviction waits for (its agent's report, or the hub's fence) is decided
-        // on the written binding, and the echo of this write is not looked at again: one more
-        // pass at once decides it and asks for the fence.
-        let directly = evicted.iter().any(|e| e.purge_mode == PurgeMode::Directly);
+        // on the written binding, here (the echo of this write is not looked at again): its
+        // block is reported and its fence asked for by this pass. Should the written binding
+        // have more to decide, one more pass follows at once.
+        let mut again = false;
+        if evicted.iter().any(|e| e.purge_mode == PurgeMode::Directly) {
+            match after_write(&self.with_newest_status(binding.clone()), &inputs) {
+                Some(after) => {
+                    blocked.retain(|b| b.reason == failover_phase::REASON_NO_OTHER_CLUSTER);
+                    blocked.extend(after.blocked);
+                    retry = match (retry, after.look_again) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                None => again = true,
+            }
+        }
         Ok(Reconciled {
             outcome: match retry {
-                _ if directly => Outcome::RetryAfter(Duration::ZERO),
+                _ if again => Outcome::RetryAfter(Duration::ZERO),
                 Some(after) => Outcome::RetryAfter(after),
                 None => Outcome::Done,
             },
@@ -790,27 +872,92 @@ impl Binder {
         })
     }
 
-    fn replicas(&self, template: &Value) -> Result<Replicas, BindError> {
+    /// The template serialised, from the last pass's read while its resourceVersion and the
+    /// interpreters are unchanged.
+    fn read_template(
+        &self,
+        key: &TemplateKey,
+        template: &DynamicObject,
+    ) -> Result<Arc<TemplateRead>, BindError> {
         let interpreters = self.interpreters.current();
-        let mut replicas = Replicas::default();
-        if let Some(r) = interpreters
-            .get_replicas(template)
-            .map_err(|e| BindError::Interpret(e.to_string()))?
+        let resource_version = template.metadata.resource_version.clone();
+        let cached = self
+            .template_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(key)
+            .cloned();
+        if let Some(read) = cached
+            && Some(&read.resource_version) == resource_version.as_ref()
+            && Arc::ptr_eq(&read.interpreters, &interpreters)
         {
-            replicas.replicas = r.replica;
-            if let Some(requires) = r.requires {
-                replicas.requirements = Some(convert(&requires, "replica requirements")?);
-            }
+            return Ok(read);
         }
-        if let Some(Some(components)) = interpreters
-            .get_components(template)
-            .map_err(|e| BindError::Interpret(e.to_string()))?
-        {
-            replicas.components = convert(&components, "components")?;
-        }
-        Ok(replicas)
+        let json = serde_json::to_value(template).map_err(|source| BindError::Serialization {
+            what: "template",
+            source,
+        })?;
+        let read = Arc::new(TemplateRead {
+            resource_version: resource_version.clone().unwrap_or_default(),
+            interpreters,
+            json: Arc::new(json),
+            replicas: Mutex::new(None),
+        });
+        let mut reads = self
+            .template_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match resource_version {
+            Some(_) => reads.insert(key.clone(), read.clone()),
+            None => reads.remove(key),
+        };
+        Ok(read)
     }
 
+    fn forget_template(&self, key: &TemplateKey) {
+        self.template_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+    }
+
+    /// What the replica scripts say of the template read, run once per read.
+    fn replicas_of(&self, read: &TemplateRead) -> Result<Replicas, BindError> {
+        let mut cached = read.replicas.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(replicas) = &*cached {
+            return Ok(replicas.clone());
+        }
+        let replicas = replicas(&read.interpreters, &read.json)?;
+        *cached = Some(replicas.clone());
+        Ok(replicas)
+    }
+}
+
+/// What the interpreter's replica scripts say of a template.
+fn replicas(
+    interpreters: &crate::interpreters::Interpreters,
+    template: &Value,
+) -> Result<Replicas, BindError> {
+    let mut replicas = Replicas::default();
+    if let Some(r) = interpreters
+        .get_replicas(template)
+        .map_err(|e| BindError::Interpret(e.to_string()))?
+    {
+        replicas.replicas = r.replica;
+        if let Some(requires) = r.requires {
+            replicas.requirements = Some(convert(&requires, "replica requirements")?);
+        }
+    }
+    if let Some(Some(components)) = interpreters
+        .get_components(template)
+        .map_err(|e| BindError::Interpret(e.to_string()))?
+    {
+        replicas.components = convert(&components, "components")?;
+    }
+    Ok(replicas)
+}
+
+impl Binder {
     /// Applies the spec when it differs from the current binding's; returns the binding as it
     /// now is.
     async fn apply_spec(
@@ -1479,17 +1626,39 @@ pub fn plan(
     }
 }
 
-/// The failover phase: decides evictions and settles eviction tasks over the desired spec
-/// (`failover::decide`, `failover::settle_tasks`) and applies them to it. Cluster evictions
-/// wait for the rate limit.
-fn failover_step(
-    current: &ResourceBinding,
-    desired: &mut ResourceBindingSpec,
-    inputs: &PlanInputs<'_>,
-) -> FailoverStep {
-    if current.spec.clusters.is_empty() && current.spec.graceful_eviction_tasks.is_empty() {
-        return FailoverStep::default();
+/// What the failover decision says of a binding as a pass wrote it: what its evictions wait for
+/// and when to look again; `None` when it has more to decide (an eviction, a reset, a task to
+/// settle), which is another pass's.
+struct AfterWrite {
+    blocked: Vec<failover::Blocked>,
+    look_again: Option<Duration>,
+}
+
+fn after_write(written: &ResourceBinding, inputs: &PlanInputs<'_>) -> Option<AfterWrite> {
+    let pass = decide_over(written, &written.spec, inputs);
+    if !pass.decision.evictions.is_empty()
+        || !pass.decision.resets.is_empty()
+        || !pass.task_changes.is_empty()
+    {
+        return None;
     }
+    Some(AfterWrite {
+        blocked: pass.decision.blocked,
+        look_again: pass
+            .decision
+            .next_check
+            .as_ref()
+            .map(|at| failover_phase::until(inputs.now, at)),
+    })
+}
+
+/// The pure failover decision over `current` with the `desired` spec, the clusters and the
+/// clock of `inputs`.
+fn decide_over(
+    current: &ResourceBinding,
+    desired: &ResourceBindingSpec,
+    inputs: &PlanInputs<'_>,
+) -> failover_phase::Pass {
     let now = inputs.now;
     let states = failover_phase::cluster_states(inputs.clusters);
     // Whether the workload still fits in its cluster (a node notice moves an AppWrapper only
@@ -1509,7 +1678,22 @@ fn failover_step(
         resets_itself: current.spec.resource.kind == "AppWrapper",
         fits: &fits,
     };
-    let pass = failover_phase::decide(current, desired, &ctx);
+    failover_phase::decide(current, desired, &ctx)
+}
+
+/// The failover phase: decides evictions and settles eviction tasks over the desired spec
+/// (`failover::decide`, `failover::settle_tasks`) and applies them to it. Cluster evictions
+/// wait for the rate limit.
+fn failover_step(
+    current: &ResourceBinding,
+    desired: &mut ResourceBindingSpec,
+    inputs: &PlanInputs<'_>,
+) -> FailoverStep {
+    if current.spec.clusters.is_empty() && current.spec.graceful_eviction_tasks.is_empty() {
+        return FailoverStep::default();
+    }
+    let now = inputs.now;
+    let pass = decide_over(current, desired, inputs);
     let mut look_again = pass
         .decision
         .next_check
@@ -1793,6 +1977,58 @@ mod tests {
         );
         assert_eq!(record.evicted_at, at(160));
         assert!(due.blocked.is_empty());
+    }
+
+    /// A Directly eviction's block (and so its fence) is decided on the binding as the pass
+    /// wrote it, in that pass: the echo of the write is not looked at again.
+    #[test]
+    fn a_directly_eviction_is_blocked_on_its_purge_in_the_pass_that_writes_it() {
+        let limiter = Mutex::new(EvictionRateLimiter::new(50.0));
+        // An application failure in a Ready cluster: its agent confirms the purge.
+        let application = placed(
+            json!({"application": {"decisionConditions": {"tolerationSeconds": 0},
+                                   "purgeMode": "Directly"}}),
+            &["a"],
+            json!([unhealthy("a", 100, "Infrastructure")]),
+        );
+        let ready = [member("a", None), member("b", None)];
+        // A cluster not Ready since 50 with a toleration of 60 s: nobody there can confirm it.
+        let cluster = placed(
+            json!({"cluster": {"tolerationSeconds": 60, "purgeMode": "Directly"}}),
+            &["a"],
+            json!([]),
+        );
+        let lost = [member("a", Some(("False", 50))), member("b", None)];
+        for (binding, clusters, reason) in [
+            (&application, &ready, api_binding::BLOCKED_WAITING_FOR_PURGE),
+            (&cluster, &lost, api_binding::BLOCKED_WAITING_FOR_FENCE),
+        ] {
+            let due = plan_at(binding, clusters, 160, &limiter, Instant::now());
+            assert_eq!(names(&due.spec), ["b"]);
+            assert!(due.blocked.is_empty(), "nothing waits before the write");
+            let mut written = binding.clone();
+            written.spec = due.spec;
+            written.metadata.generation = Some(3);
+            let now = at(160);
+            let after = after_write(
+                &written,
+                &PlanInputs {
+                    clusters,
+                    placer: &FirstFree,
+                    cluster_evictions: &limiter,
+                    now: &now,
+                    instant: Instant::now(),
+                    scheduling_seconds: None,
+                },
+            )
+            .expect("the written binding has nothing more to decide");
+            let blocked: Vec<(&str, &str)> = after
+                .blocked
+                .iter()
+                .map(|b| (b.cluster.as_str(), b.reason))
+                .collect();
+            assert_eq!(blocked, [("a", reason)]);
+        }
     }
 
     #[test]
