@@ -834,12 +834,15 @@ impl Binder {
         let started = Instant::now();
         self.dispatch(&binding, template_json)?;
         self.observe_stage("dispatch", started.elapsed());
-        // What a Directly eviction waits for (its agent's report, or the hub's fence) is decided
-        // on the written binding, here (the echo of this write is not looked at again): its
-        // block is reported and its fence asked for by this pass. Should the written binding
-        // have more to decide, one more pass follows at once.
+        // What the written binding waits for is decided on it, here (the echo of this write is
+        // not looked at again, nor is the template's status echo): a Directly eviction's block
+        // (reported, and its fence asked for, by this pass), an in-place reset's deadline (the
+        // pass that writes a reset must wake at its timeout). Should the written binding have
+        // more to decide, one more pass follows at once.
         let mut again = false;
-        if evicted.iter().any(|e| e.purge_mode == PurgeMode::Directly) {
+        let wrote =
+            existing.as_ref().map(|e| e.metadata.generation) != Some(binding.metadata.generation);
+        if wrote {
             match after_write(&self.with_newest_status(binding.clone()), &inputs) {
                 Some(after) => {
                     blocked.retain(|b| b.reason == failover_phase::REASON_NO_OTHER_CLUSTER);
