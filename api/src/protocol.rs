@@ -328,7 +328,9 @@ pub struct WorkStatus {
     /// when it does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<ObservedObject>,
-    /// When the agent observed it.
+    /// When the agent observed it, to the microsecond (strictly increasing per work: the hub
+    /// refuses an older report and takes an equal one as a replay).
+    #[serde(with = "crate::time::micro")]
     pub observed_at: Time,
     /// The reset generation the agent last completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
