@@ -13,7 +13,7 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher;
 use lifeboat_api::binding::LABEL_BINDING_NAME;
-use lifeboat_api::protocol::{StatusResponse, status_path};
+use lifeboat_api::protocol::{StatusResponse, WorkKey, status_path};
 use lifeboat_api::stages;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -94,14 +94,21 @@ pub struct StatusWatches {
     client: kube::Client,
     book: Arc<SharedBook>,
     watches: Mutex<HashMap<(String, String), AbortHandle>>,
+    /// Told the work of each deleted object the watches see.
+    on_deleted: Arc<dyn Fn(WorkKey) + Send + Sync>,
 }
 
 impl StatusWatches {
-    pub fn new(client: kube::Client, book: Arc<SharedBook>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        book: Arc<SharedBook>,
+        on_deleted: Box<dyn Fn(WorkKey) + Send + Sync>,
+    ) -> Self {
         Self {
             client,
             book,
             watches: Mutex::new(HashMap::new()),
+            on_deleted: Arc::from(on_deleted),
         }
     }
 
@@ -118,6 +125,7 @@ impl StatusWatches {
             watcher::Config::default().labels(LABEL_BINDING_NAME),
         ));
         let book = self.book.clone();
+        let on_deleted = self.on_deleted.clone();
         let resource = resource.clone();
         let task = tokio::spawn(async move {
             tracing::info!(kind = %resource.kind, group = %resource.group, "watching applied kind for status");
@@ -146,6 +154,9 @@ impl StatusWatches {
                     }
                     Some(Change::Delete(object)) => {
                         book.with(|b| b.observe(object_id(&resource, &object), None));
+                        if let Some(key) = object.metadata.labels.as_ref().and_then(key_of) {
+                            on_deleted(key);
+                        }
                     }
                     None => {}
                 }
