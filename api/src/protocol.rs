@@ -422,7 +422,7 @@ mod tests {
         // In a report, the field is the object itself, both ways.
         let item = json!({
             "key": {"namespace": "ml", "name": "train-appwrapper"}, "bindingUid": "u1",
-            "revision": 3, "applied": true, "observedAt": "2026-05-01T12:00:00Z",
+            "revision": 3, "applied": true, "observedAt": "2026-05-01T12:00:00.250000Z",
             "observed": object,
         });
         let status: WorkStatus = serde_json::from_value(item.clone()).unwrap();
