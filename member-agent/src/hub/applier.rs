@@ -338,7 +338,7 @@ impl Applier {
                 let me = me.clone();
                 // A withdrawn copy the hub waits for is looked at again as soon as the status
                 // watch sees an object of it deleted, not at its next poll.
-                let on_deleted = Box::new(move |key: WorkKey| {
+                let on_deleted = Arc::new(move |key: WorkKey| {
                     if let Some(applier) = me.upgrade() {
                         applier.object_deleted(key);
                     }

@@ -102,13 +102,13 @@ impl StatusWatches {
     pub fn new(
         client: kube::Client,
         book: Arc<SharedBook>,
-        on_deleted: Box<dyn Fn(WorkKey) + Send + Sync>,
+        on_deleted: Arc<dyn Fn(WorkKey) + Send + Sync>,
     ) -> Self {
         Self {
             client,
             book,
             watches: Mutex::new(HashMap::new()),
-            on_deleted: Arc::from(on_deleted),
+            on_deleted,
         }
     }
 

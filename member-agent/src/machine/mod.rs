@@ -126,11 +126,7 @@ pub fn steps(input: &Input<'_>) -> (Decision, Vec<(Phase, Phase)>) {
         let mut events = std::mem::take(&mut decision.events);
         events.append(&mut next.events);
         next.events = events;
-        let stopped = next.phase_change.is_none();
         decision = next;
-        if stopped {
-            break;
-        }
     }
     (decision, changes)
 }

@@ -33,26 +33,11 @@ fn empty_initialises_component_status_and_suspends() {
     );
 }
 
-fn steps_of(fx: &Fx) -> (Decision, Vec<(Phase, Phase)>) {
-    steps(&Input {
-        spec: &fx.spec,
-        status: &fx.status,
-        uid: "0e5b7a52-uid",
-        generation: Some(1),
-        deleting: fx.deleting,
-        has_finalizer: fx.has_finalizer,
-        params: &fx.params,
-        annotation_problems: &fx.problems,
-        observation: &fx.obs,
-        now: fx.now,
-    })
-}
-
 #[test]
 fn a_new_appwrapper_reaches_its_creates_in_one_reconcile() {
     let mut fx = Fx::new();
     fx.has_finalizer = false;
-    let (d, changes) = steps_of(&fx);
+    let (d, changes) = steps(&fx.input());
     assert_eq!(
         changes,
         [
@@ -81,7 +66,7 @@ fn a_new_appwrapper_reaches_its_creates_in_one_reconcile() {
 fn a_suspended_appwrapper_stops_at_suspended() {
     let mut fx = Fx::new();
     fx.spec = spec(true);
-    let (d, changes) = steps_of(&fx);
+    let (d, changes) = steps(&fx.input());
     assert_eq!(changes, [(Phase::Empty, Phase::Suspended)]);
     assert_eq!(d.status.phase, Phase::Suspended);
     assert!(d.actions.create.is_empty());
