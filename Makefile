@@ -135,3 +135,6 @@ bench: k8s-bins
 # Issue 20: each row of its table (the five failover paths, `--mode all`), with the latency
 # budget per stage and the floor of Kubernetes' share (bare Jobs created to pods Running).
 	$(CARGO) bench --profile dev -p lifeboat-agent --bench failover_e2e -- --runs 6 --mode all --floor 10
+# Issue 20, release profile: the toleration-0 and Directly rows as recorded.
+	$(CARGO) bench -p lifeboat-agent --bench failover_e2e -- --runs 6 --mode failed --floor 10
+	$(CARGO) bench -p lifeboat-agent --bench failover_e2e -- --runs 6 --mode directly --floor 1

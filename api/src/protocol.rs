@@ -328,7 +328,9 @@ pub struct WorkStatus {
     /// when it does not exist.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed: Option<ObservedObject>,
-    /// When the agent observed it.
+    /// When the agent observed it, to the microsecond (strictly increasing per work: the hub
+    /// refuses an older report and takes an equal one as a replay).
+    #[serde(with = "crate::time::micro")]
     pub observed_at: Time,
     /// The reset generation the agent last completed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -420,7 +422,7 @@ mod tests {
         // In a report, the field is the object itself, both ways.
         let item = json!({
             "key": {"namespace": "ml", "name": "train-appwrapper"}, "bindingUid": "u1",
-            "revision": 3, "applied": true, "observedAt": "2026-05-01T12:00:00Z",
+            "revision": 3, "applied": true, "observedAt": "2026-05-01T12:00:00.250000Z",
             "observed": object,
         });
         let status: WorkStatus = serde_json::from_value(item.clone()).unwrap();

@@ -43,6 +43,23 @@ fn later(t: Timestamp, nanos: i64) -> Timestamp {
         .unwrap_or(Timestamp::MAX)
 }
 
+/// Serde for a `metav1.Time` field sent to the microsecond (`#[serde(with =
+/// "lifeboat_api::time::micro")]`): `Time` serialises whole seconds, which made a status report
+/// changed within a second wait for the next one (its `observedAt` must increase). Reads any
+/// RFC 3339 time, so a whole-second value of an older agent is still taken.
+pub mod micro {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(t: &Time, serializer: S) -> Result<S::Ok, S::Error> {
+        MicroTime(t.0).serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Time, D::Error> {
+        Time::deserialize(deserializer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,5 +117,25 @@ mod tests {
             counted_from(ts("2026-11-28T04:00:00Z")),
             ts("2026-11-28T04:00:01Z")
         );
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, PartialEq, Debug)]
+    struct Report {
+        #[serde(with = "super::micro")]
+        at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+    }
+
+    #[test]
+    fn a_report_time_goes_to_the_microsecond_and_a_whole_second_one_is_read() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let sent = Report {
+            at: Time(ts("2026-11-28T04:00:00.123456Z")),
+        };
+        let json = serde_json::to_value(&sent).unwrap();
+        assert_eq!(json["at"], "2026-11-28T04:00:00.123456Z");
+        assert_eq!(serde_json::from_value::<Report>(json).unwrap(), sent);
+        let older: Report = serde_json::from_str(r#"{"at": "2026-11-28T04:00:00Z"}"#).unwrap();
+        assert_eq!(older.at.0, ts("2026-11-28T04:00:00Z"));
+        assert!(serde_json::from_str::<Report>(r#"{"at": "yesterday"}"#).is_err());
     }
 }

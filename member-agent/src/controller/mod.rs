@@ -421,18 +421,19 @@ async fn reconcile_appwrapper(
         has_finalizer,
         now,
     };
-    let decision = machine::step(&common.input(&status, &observation));
+    let (decision, mut phase_changes) = machine::steps(&common.input(&status, &observation));
 
     let mut writer = apply::Writer::new(aw, ctx);
     if decision.finalizer == FinalizerChange::Add {
         writer.add_finalizer().await?;
     }
     writer.write_status(&status, &decision.status).await?;
-    if let Some((_, to @ (Phase::Failed | Phase::Resetting))) = decision.phase_change {
-        tracing::debug!(target: stages::TARGET, stage = stages::APPWRAPPER_FAILED_WRITTEN,
-            cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name, phase = %to);
+    for (_, to) in &phase_changes {
+        if matches!(to, Phase::Failed | Phase::Resetting) {
+            tracing::debug!(target: stages::TARGET, stage = stages::APPWRAPPER_FAILED_WRITTEN,
+                cluster = %ctx.cluster, namespace = %key.namespace, appwrapper = %key.name, phase = %to);
+        }
     }
-    let mut phase_changes: Vec<_> = decision.phase_change.into_iter().collect();
     let mut final_decision = decision.clone();
     if !decision.actions.create.is_empty() {
         // Identities are recorded; now create, then let the machine judge the results.

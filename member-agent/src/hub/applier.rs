@@ -60,6 +60,8 @@ const SWEEP_CONCURRENCY: usize = 4;
 /// How often a withdrawn copy the hub waits for is checked while it is being deleted: first
 /// after this long, doubling up to [`GONE_POLL_MAX`] (most copies are gone within a few tenths of
 /// a second; a slow one is not read ten times a second).
+/// The status watch's deletion event checks at once; the poll is for what it does not show (pods
+/// that still run, a missed event).
 const GONE_POLL_MIN: Duration = Duration::from_millis(50);
 const GONE_POLL_MAX: Duration = Duration::from_millis(500);
 
@@ -331,23 +333,45 @@ impl Applier {
             fence,
         } = parts;
         let (queue, rx) = mpsc::unbounded_channel();
-        let watches = StatusWatches::new(client.clone(), book.clone());
         (
-            Arc::new(Self {
-                client,
-                catalog,
-                namespaces,
-                book,
-                watches,
-                metrics,
-                cluster,
-                max_backoff: max_backoff.max(RETRY_BASE),
-                fence,
-                slots: Mutex::new(HashMap::new()),
-                queue,
+            Arc::new_cyclic(|me: &std::sync::Weak<Applier>| {
+                let me = me.clone();
+                // A withdrawn copy the hub waits for is looked at again as soon as the status
+                // watch sees an object of it deleted, not at its next poll.
+                let on_deleted = Arc::new(move |key: WorkKey| {
+                    if let Some(applier) = me.upgrade() {
+                        applier.object_deleted(key);
+                    }
+                });
+                let watches = StatusWatches::new(client.clone(), book.clone(), on_deleted);
+                Self {
+                    client,
+                    catalog,
+                    namespaces,
+                    book,
+                    watches,
+                    metrics,
+                    cluster,
+                    max_backoff: max_backoff.max(RETRY_BASE),
+                    fence,
+                    slots: Mutex::new(HashMap::new()),
+                    queue,
+                }
             }),
             rx,
         )
+    }
+
+    /// The status watch saw an object of `key` deleted: a removal whose gone report the hub
+    /// waits for is checked at once (the poll stays, for pods that still run).
+    fn object_deleted(&self, key: WorkKey) {
+        let awaited = self
+            .lock()
+            .get(&key)
+            .is_some_and(|s| s.desired.is_none() && s.confirm.is_some());
+        if awaited {
+            let _ = self.queue.send(key);
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkKey, Slot>> {

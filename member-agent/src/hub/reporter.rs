@@ -1,7 +1,9 @@
 //! Status reporting, the IO around [`StatusBook`]: one watch per applied kind (label selector
-//! on the binding label, all namespaces) feeds the book; a batcher sends the changed works to
-//! the hub every [`REPORT_INTERVAL`] or as soon as [`MAX_BATCH`] are waiting, and a gone report
-//! at once.
+//! on the binding label, all namespaces) feeds the book; a batcher sends a change to the hub
+//! at once (after [`REPORT_COALESCE`], so that the changes of one moment go in one report;
+//! the changes made while a report is on its way go in the next), and retries every
+//! [`REPORT_INTERVAL`] what could not go yet. A failure is in the hub a round trip after the
+//! agent saw it, not at the next tick or second.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,7 +13,7 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher;
 use lifeboat_api::binding::LABEL_BINDING_NAME;
-use lifeboat_api::protocol::{StatusResponse, status_path};
+use lifeboat_api::protocol::{StatusResponse, WorkKey, status_path};
 use lifeboat_api::stages;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
@@ -26,13 +28,17 @@ use crate::controller::watches::{Change, Feeder};
 
 /// Most works in one report.
 pub const MAX_BATCH: usize = 500;
-/// How often changed works are reported.
+/// How often the batcher looks again at what could not be sent at once (a full report waiting
+/// for a snapshot's applies, a change in the microsecond of the work's last report).
 pub const REPORT_INTERVAL: Duration = Duration::from_millis(200);
+/// How long the batcher waits after a change before it takes a batch: bounds the reports per
+/// second of an agent whose works change all the time, at a cost nobody sees.
+pub const REPORT_COALESCE: Duration = Duration::from_millis(2);
 
 /// The book, shared by the applier, the watches and the batcher.
 pub struct SharedBook {
     book: Mutex<StatusBook>,
-    /// Woken when a batch may be full.
+    /// Woken when something new waits to be reported.
     wake: Notify,
 }
 
@@ -46,16 +52,18 @@ impl SharedBook {
     /// The book of a term starting now (see [`StatusBook::starting_at`]).
     pub fn new() -> Self {
         Self {
-            book: Mutex::new(StatusBook::starting_at(now_second())),
+            book: Mutex::new(StatusBook::starting_at(now_micros())),
             wake: Notify::new(),
         }
     }
 
-    /// Runs `f` on the book; wakes the batcher when a full batch waits.
+    /// Runs `f` on the book; wakes the batcher when `f` left more to report than before
+    /// (never when it took a batch: a backlog the batcher cannot send yet must not spin it).
     pub fn with<T>(&self, f: impl FnOnce(&mut StatusBook) -> T) -> T {
         let mut book = self.book.lock().unwrap_or_else(|e| e.into_inner());
+        let before = book.backlog();
         let out = f(&mut book);
-        if book.backlog() >= MAX_BATCH {
+        if book.backlog() > before {
             self.wake.notify_one();
         }
         out
@@ -71,13 +79,14 @@ impl SharedBook {
     }
 }
 
-fn now_second() -> i64 {
-    k8s_openapi::jiff::Timestamp::now().as_second()
+/// Now, in microseconds since the epoch (the book's time).
+fn now_micros() -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_microsecond()
 }
 
 /// Starts a request for a full report (after a snapshot).
 pub fn request_full(book: &SharedBook) {
-    book.with(|b| b.request_full(now_second()));
+    book.with(|b| b.request_full(now_micros()));
 }
 
 /// The watches of applied kinds; stopped when dropped.
@@ -85,14 +94,21 @@ pub struct StatusWatches {
     client: kube::Client,
     book: Arc<SharedBook>,
     watches: Mutex<HashMap<(String, String), AbortHandle>>,
+    /// Told the work of each deleted object the watches see.
+    on_deleted: Arc<dyn Fn(WorkKey) + Send + Sync>,
 }
 
 impl StatusWatches {
-    pub fn new(client: kube::Client, book: Arc<SharedBook>) -> Self {
+    pub fn new(
+        client: kube::Client,
+        book: Arc<SharedBook>,
+        on_deleted: Arc<dyn Fn(WorkKey) + Send + Sync>,
+    ) -> Self {
         Self {
             client,
             book,
             watches: Mutex::new(HashMap::new()),
+            on_deleted,
         }
     }
 
@@ -109,6 +125,7 @@ impl StatusWatches {
             watcher::Config::default().labels(LABEL_BINDING_NAME),
         ));
         let book = self.book.clone();
+        let on_deleted = self.on_deleted.clone();
         let resource = resource.clone();
         let task = tokio::spawn(async move {
             tracing::info!(kind = %resource.kind, group = %resource.group, "watching applied kind for status");
@@ -137,6 +154,9 @@ impl StatusWatches {
                     }
                     Some(Change::Delete(object)) => {
                         book.with(|b| b.observe(object_id(&resource, &object), None));
+                        if let Some(key) = object.metadata.labels.as_ref().and_then(key_of) {
+                            on_deleted(key);
+                        }
                     }
                     None => {}
                 }
@@ -197,9 +217,9 @@ pub async fn run_batcher(
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
-            () = book.wake.notified() => {}
+            () = book.wake.notified() => tokio::time::sleep(REPORT_COALESCE).await,
         }
-        while let Some(batch) = book.with(|b| b.take(now_second(), MAX_BATCH)) {
+        while let Some(batch) = book.with(|b| b.take(now_micros(), MAX_BATCH)) {
             let credential = match credentials.get().await {
                 Ok(c) => c,
                 Err(e) => {

@@ -2,18 +2,18 @@
 //! observed object), which works changed since they were last reported, and the batches.
 //!
 //! Only the latest state of a work is kept, so a hub that is away costs no growing buffer: when
-//! it is back, each changed work is sent once. `observedAt` is a whole second (the wire format
-//! of `metav1.Time`) and strictly increases per work (the hub refuses an older report and
-//! ignores an equal one as a replay): a work reported in the current second waits for the
-//! next.
+//! it is back, each changed work is sent once. `observedAt` is a microsecond (times here are
+//! microseconds since the epoch) and strictly increases per work (the hub refuses an older
+//! report and ignores an equal one as a replay): a work reported in the current microsecond
+//! waits for the next. (It was a whole second, the wire format of `metav1.Time`, which held a
+//! failure changed within the second of the work's last report back by up to a second.)
 //!
 //! A work withdrawn with a request to confirm its copy gone (a `Directly` eviction) is kept as a
 //! purge until the hub answered its gone report: the report is sent once the applier saw the
 //! object gone, again when a batch carrying it fails or after a snapshot (reconnect, new hub
 //! term), and dropped once a hub answered it (taken or refused). A gone report may say the
-//! second of the work's last report: it is the work's last word, which the hub takes even then
-//! (taking it twice changes nothing), so a `Directly` failover does not wait for the next
-//! second.
+//! time of the work's last report: it is the work's last word, which the hub takes even then
+//! (taking it twice changes nothing).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -25,8 +25,8 @@ use serde_json::{Map, Value};
 use super::reset;
 use super::work::ObjectId;
 
-/// How long a full report waits for the works of a snapshot to be applied first.
-pub const FULL_REPORT_WAIT_SECONDS: i64 = 10;
+/// How long a full report waits for the works of a snapshot to be applied first (µs).
+pub const FULL_REPORT_WAIT_MICROS: i64 = 10_000_000;
 
 /// Annotations never reported (large, and of no use to interpreters).
 const DROPPED_ANNOTATIONS: &[&str] = &["kubectl.kubernetes.io/last-applied-configuration"];
@@ -74,7 +74,7 @@ struct Entry {
     applied_message: Option<String>,
     /// The object the last successful apply made.
     target: Option<ObjectId>,
-    /// The second of the last report sent.
+    /// The time of the last report sent (µs).
     last_sent: Option<i64>,
 }
 
@@ -84,7 +84,7 @@ struct Purge {
     binding_uid: String,
     /// The applier saw the object gone: the gone report is due.
     gone: bool,
-    /// The second of the last report sent of this work: the gone report must not be earlier.
+    /// The time of the last report sent of this work (µs): the gone report must not be earlier.
     last_sent: Option<i64>,
     /// How many times the hub asked (a new ask after a report was taken for sending asks again).
     asked: u64,
@@ -94,8 +94,8 @@ struct Purge {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Batch {
     pub report: StatusReport,
-    /// The second every item's `observedAt` says.
-    pub second: i64,
+    /// The time every item's `observedAt` says (µs).
+    pub at: i64,
     /// The purges whose gone report the batch carries, with the ask each answers.
     pub purges: Vec<(WorkKey, u64)>,
 }
@@ -109,10 +109,10 @@ pub struct StatusBook {
     /// Target object → its work.
     by_target: HashMap<ObjectId, WorkKey>,
     dirty: BTreeSet<WorkKey>,
-    /// A full report is due (after a snapshot), asked for at this second.
+    /// A full report is due (after a snapshot), asked for at this time (µs).
     full_since: Option<i64>,
-    /// Nothing is reported at this second or before: an earlier process (or term) of the
-    /// agent may have reported in it, and the hub ignores a report whose `observedAt` equals
+    /// Nothing is reported at this time (µs) or before: an earlier process (or term) of the
+    /// agent may have reported then, and the hub ignores a report whose `observedAt` equals
     /// the last one it took.
     floor: Option<i64>,
     /// Withdrawn works whose copy the hub waits to hear is gone.
@@ -122,11 +122,11 @@ pub struct StatusBook {
 }
 
 impl StatusBook {
-    /// The book of a term that starts at `now_second`: its first report is at a later second
-    /// than any report of an earlier term.
-    pub fn starting_at(now_second: i64) -> Self {
+    /// The book of a term that starts at `now` (µs): its first report is later than any
+    /// report of an earlier term.
+    pub fn starting_at(now: i64) -> Self {
         Self {
-            floor: Some(now_second),
+            floor: Some(now),
             ..Self::default()
         }
     }
@@ -273,7 +273,7 @@ impl StatusBook {
     }
 
     /// After a snapshot: report every work again, the first batch marked full.
-    pub fn request_full(&mut self, now_second: i64) {
+    pub fn request_full(&mut self, now: i64) {
         self.dirty.extend(self.works.keys().cloned());
         // Gone reports no hub answered yet go again (the hub may be a new term).
         self.gone_due.extend(
@@ -282,7 +282,7 @@ impl StatusBook {
                 .filter(|(_, p)| p.gone)
                 .map(|(k, _)| k.clone()),
         );
-        self.full_since = Some(now_second);
+        self.full_since = Some(now);
     }
 
     /// How many works (and gone copies) wait to be reported.
@@ -298,26 +298,26 @@ impl StatusBook {
         self.works.is_empty()
     }
 
-    /// Takes up to `max` changed works reportable at `now_second` (applied or failed, not
-    /// reported in this second yet). `None` when there is nothing to send. The works taken
+    /// Takes up to `max` changed works reportable at `now` (µs; applied or failed, not
+    /// reported at this time yet). `None` when there is nothing to send. The works taken
     /// count as reported; [`StatusBook::failed`] puts them back.
-    pub fn take(&mut self, now_second: i64, max: usize) -> Option<Batch> {
-        if self.floor.is_some_and(|floor| now_second <= floor) {
+    pub fn take(&mut self, now: i64, max: usize) -> Option<Batch> {
+        if self.floor.is_some_and(|floor| now <= floor) {
             return None;
         }
         let full = match self.full_since {
             Some(since) => {
                 let waiting = self.works.values().any(|e| e.pending);
-                if waiting && now_second - since < FULL_REPORT_WAIT_SECONDS {
+                if waiting && now - since < FULL_REPORT_WAIT_MICROS {
                     // Let the snapshot's applies finish so the full report covers them.
                     return None;
                 }
-                // A full report carries every work; one already reported in this second would
-                // be left out (its `observedAt` must increase), so the report waits a second.
+                // A full report carries every work; one already reported at this time would
+                // be left out (its `observedAt` must increase), so the report waits.
                 if self
                     .works
                     .values()
-                    .any(|e| !e.pending && e.last_sent.is_some_and(|s| s >= now_second))
+                    .any(|e| !e.pending && e.last_sent.is_some_and(|s| s >= now))
                 {
                     return None;
                 }
@@ -331,7 +331,7 @@ impl StatusBook {
             .filter(|k| {
                 self.works
                     .get(*k)
-                    .is_some_and(|e| !e.pending && e.last_sent.is_none_or(|s| s < now_second))
+                    .is_some_and(|e| !e.pending && e.last_sent.is_none_or(|s| s < now))
             })
             .take(max.max(1))
             .cloned()
@@ -343,7 +343,7 @@ impl StatusBook {
             .filter(|k| {
                 self.purges
                     .get(*k)
-                    .is_some_and(|p| p.gone && p.last_sent.is_none_or(|s| s <= now_second))
+                    .is_some_and(|p| p.gone && p.last_sent.is_none_or(|s| s <= now))
             })
             .take(room)
             .cloned()
@@ -351,7 +351,7 @@ impl StatusBook {
         if keys.is_empty() && gone.is_empty() && !full {
             return None;
         }
-        let observed_at = Time(Timestamp::from_second(now_second).unwrap_or(Timestamp::UNIX_EPOCH));
+        let observed_at = Time(Timestamp::from_microsecond(now).unwrap_or(Timestamp::UNIX_EPOCH));
         let mut items = Vec::with_capacity(keys.len() + gone.len());
         let mut purges = Vec::with_capacity(gone.len());
         for key in gone {
@@ -359,7 +359,7 @@ impl StatusBook {
             let Some(purge) = self.purges.get_mut(&key) else {
                 continue;
             };
-            purge.last_sent = Some(now_second);
+            purge.last_sent = Some(now);
             purges.push((key.clone(), purge.asked));
             items.push(WorkStatus {
                 key,
@@ -379,7 +379,7 @@ impl StatusBook {
             let Some(entry) = self.works.get_mut(&key) else {
                 continue;
             };
-            entry.last_sent = Some(now_second);
+            entry.last_sent = Some(now);
             let object = entry
                 .target
                 .as_ref()
@@ -405,7 +405,7 @@ impl StatusBook {
         self.full_since = None;
         Some(Batch {
             report: StatusReport { items, full },
-            second: now_second,
+            at: now,
             purges,
         })
     }
@@ -422,7 +422,7 @@ impl StatusBook {
     }
 
     /// A batch did not reach the hub: its works are reported again (their latest state, at a
-    /// later second), and a full report is asked for again if it was one.
+    /// later time), and a full report is asked for again if it was one.
     pub fn failed(&mut self, batch: &Batch) {
         for item in &batch.report.items {
             if self.works.contains_key(&item.key) {
@@ -435,7 +435,7 @@ impl StatusBook {
             }
         }
         if batch.report.full && self.full_since.is_none() {
-            self.full_since = Some(batch.second);
+            self.full_since = Some(batch.at);
         }
     }
 }
@@ -492,7 +492,7 @@ mod tests {
         assert_eq!(item.revision, 1);
         assert_eq!(item.binding_uid, "uid-a");
         assert_eq!(parsed(item), Some(json!({"status": {"readyReplicas": 0}})));
-        assert_eq!(item.observed_at.0.as_second(), 100);
+        assert_eq!(item.observed_at.0.as_microsecond(), 100);
         assert_eq!(book.take(100, 500), None, "nothing changed");
     }
 
@@ -502,17 +502,17 @@ mod tests {
         book.assign(&key("a"), "u", 1);
         book.applied(&key("a"), 1, Ok(id("a")));
         assert!(book.take(100, 500).is_some());
-        // A change in the same second waits for the next one; only the latest state goes.
+        // A change in the same microsecond waits for the next one; only the latest state goes.
         book.observe(id("a"), seen("a", 1));
         book.observe(id("a"), seen("a", 2));
         assert_eq!(book.take(100, 500), None);
-        let batch = book.take(101, 500).expect("next second");
+        let batch = book.take(101, 500).expect("next microsecond");
         assert_eq!(batch.report.items.len(), 1);
         assert_eq!(
             parsed(&batch.report.items[0]),
             Some(json!({"status": {"readyReplicas": 2}}))
         );
-        assert_eq!(batch.report.items[0].observed_at.0.as_second(), 101);
+        assert_eq!(batch.report.items[0].observed_at.0.as_microsecond(), 101);
         // An unchanged observation marks nothing.
         book.observe(id("a"), seen("a", 2));
         assert_eq!(book.backlog(), 0);
@@ -529,7 +529,7 @@ mod tests {
         assert_eq!(names(&first), ["a", "b"]);
         book.failed(&first);
         book.observe(id("a"), seen("a", 5));
-        // c was never sent: it goes now; a and b wait for the next second.
+        // c was never sent: it goes now; a and b wait for the next microsecond.
         assert_eq!(names(&book.take(100, 500).expect("c")), ["c"]);
         let again = book.take(101, 500).expect("resent");
         assert_eq!(names(&again), ["a", "b"]);
@@ -575,17 +575,22 @@ mod tests {
         book.request_full(200);
         assert_eq!(book.take(205, 500), None);
         let batch = book
-            .take(200 + FULL_REPORT_WAIT_SECONDS, 500)
+            .take(200 + FULL_REPORT_WAIT_MICROS, 500)
             .expect("full anyway");
         assert!(batch.report.full);
         assert_eq!(names(&batch), ["a", "b"]);
         // A failed full report is full again.
         book.failed(&batch);
-        assert!(book.take(300, 500).expect("again").report.full);
+        assert!(
+            book.take(200 + 2 * FULL_REPORT_WAIT_MICROS, 500)
+                .expect("again")
+                .report
+                .full
+        );
     }
 
     #[test]
-    fn a_full_report_waits_for_works_reported_in_the_same_second() {
+    fn a_full_report_waits_for_works_reported_at_the_same_time() {
         let mut book = StatusBook::default();
         book.assign(&key("a"), "uid-a", 1);
         book.applied(&key("a"), 1, Ok(id("a")));
@@ -598,7 +603,7 @@ mod tests {
     }
 
     #[test]
-    fn a_new_term_reports_from_the_next_second() {
+    fn a_new_term_reports_after_its_start() {
         let mut book = StatusBook::starting_at(100);
         book.assign(&key("a"), "uid-a", 1);
         book.applied(&key("a"), 1, Ok(id("a")));
@@ -609,7 +614,7 @@ mod tests {
         );
         let batch = book.take(101, 500).expect("a batch");
         assert_eq!(names(&batch), ["a"]);
-        assert_eq!(batch.second, 101);
+        assert_eq!(batch.at, 101);
     }
 
     #[test]
@@ -657,7 +662,7 @@ mod tests {
     }
 
     #[test]
-    fn a_withdrawn_copy_is_reported_gone_once_seen_gone_even_in_the_second_of_its_last_report() {
+    fn a_withdrawn_copy_is_reported_gone_once_seen_gone_even_at_the_time_of_its_last_report() {
         let mut book = StatusBook::default();
         book.assign(&key("a"), "uid-a", 1);
         book.applied(&key("a"), 1, Ok(id("a")));
@@ -669,13 +674,13 @@ mod tests {
         assert_eq!(book.take(100, 500), None);
         book.gone(&key("a"), "uid-a");
         assert_eq!(book.backlog(), 1);
-        // a was reported at 100: the gone report need not wait for the next second (the hub
-        // takes a gone report of the second of the last report)
+        // a was reported at 100: the gone report need not wait (the hub takes a gone report
+        // of the time of the last report)
         let batch = book.take(100, 500).expect("gone report");
         assert_eq!(gone_items(&batch), ["a:uid-a"]);
         let item = &batch.report.items[0];
         assert!(!item.applied && item.observed.is_none());
-        assert_eq!(item.observed_at.0.as_second(), 100);
+        assert_eq!(item.observed_at.0.as_microsecond(), 100);
         // sent, not answered: kept, not sent again on its own
         assert_eq!(book.take(102, 500), None);
         assert_eq!(book.purges(), 1);

@@ -100,6 +100,37 @@ pub fn step(input: &Input<'_>) -> Decision {
     m.d
 }
 
+/// Runs [`step`] again on its own result while the phase it reached reads nothing new from the
+/// cluster: a new AppWrapper goes Empty → Suspended → Resuming (and asks for its components'
+/// creation) in one reconcile, one status write, where each step used to be a reconcile and a
+/// write of its own, each waiting for the watch to bring the previous write back. Every phase
+/// change is returned, in order, with the events of all steps.
+pub fn steps(input: &Input<'_>) -> (Decision, Vec<(Phase, Phase)>) {
+    let mut decision = step(input);
+    let mut changes: Vec<(Phase, Phase)> = decision.phase_change.into_iter().collect();
+    while matches!(
+        decision.phase_change,
+        Some((Phase::Empty, Phase::Suspended) | (Phase::Suspended, Phase::Resuming))
+    ) {
+        let status = decision.status.clone();
+        let next_input = Input {
+            status: &status,
+            has_finalizer: input.has_finalizer || decision.finalizer == FinalizerChange::Add,
+            ..*input
+        };
+        let mut next = step(&next_input);
+        changes.extend(next.phase_change);
+        if decision.finalizer == FinalizerChange::Add && next.finalizer == FinalizerChange::None {
+            next.finalizer = FinalizerChange::Add;
+        }
+        let mut events = std::mem::take(&mut decision.events);
+        events.append(&mut next.events);
+        next.events = events;
+        decision = next;
+    }
+    (decision, changes)
+}
+
 struct Machine<'a, 'b> {
     input: &'a Input<'b>,
     d: Decision,

@@ -74,8 +74,8 @@ impl Fx {
         }
     }
 
-    fn step(&self) -> Decision {
-        step(&Input {
+    fn input(&self) -> Input<'_> {
+        Input {
             spec: &self.spec,
             status: &self.status,
             uid: "0e5b7a52-uid",
@@ -86,7 +86,11 @@ impl Fx {
             annotation_problems: &self.problems,
             observation: &self.obs,
             now: self.now,
-        })
+        }
+    }
+
+    fn step(&self) -> Decision {
+        step(&self.input())
     }
 
     /// Steps and keeps the new status (what the reconciler writes).
