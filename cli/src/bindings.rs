@@ -25,7 +25,7 @@ use lifeboat_api::binding::{
     GracefulEvictionTask, ResourceBinding,
 };
 use lifeboat_api::policy::PurgeMode;
-use lifeboat_hub::failover_phase::confirmed_purges;
+use lifeboat_hub::failover::phase::confirmed_purges;
 use serde::Serialize;
 
 use crate::history::parse_binding;

@@ -1,7 +1,7 @@
 //! The hub end to end on a local fleet: templates applied to the hub apiserver until every
 //! ResourceBinding is `Scheduled=True`, and the hub's memory per binding.
 //!
-//! The real hub runs in this process (`lifeboat_hub::hub::run`, the binary's defaults: 32 binder
+//! The real hub runs in this process (`lifeboat_hub::process::run`, the binary's defaults: 32 binder
 //! workers unless `--binder-workers N`, 8 status writers, a SQLite ledger under `target/`) against the fleet's hub
 //! apiserver. The clusters are simulated agents (`support/sim_agent.rs`) that speak the real agent
 //! protocol over HTTPS: each registers with a bootstrap token, sends heartbeats with a GPU

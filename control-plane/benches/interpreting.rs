@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use lifeboat_api::binding::ResourceHealth;
 use lifeboat_api::protocol::{ObservedObject, StatusReport, Work, WorkKey, WorkStatus};
-use lifeboat_hub::intake::StatusBatch;
 use lifeboat_hub::interpreters::Interpreters;
-use lifeboat_hub::lanes::{Pool, SLOW_AFTER};
-use lifeboat_hub::processor::{Engine, StatusState};
-use lifeboat_hub::work_store::WorkStore;
+use lifeboat_hub::interpreters::lanes::{Pool, SLOW_AFTER};
+use lifeboat_hub::status::intake::StatusBatch;
+use lifeboat_hub::status::processor::{Engine, StatusState};
+use lifeboat_hub::work::store::WorkStore;
 use lifeboat_interpreter::{Runtime, RuntimeConfig};
 use serde_json::{Value, json};
 

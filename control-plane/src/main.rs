@@ -12,9 +12,9 @@ use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
 use lifeboat_hub::admission::{FailurePolicy, WebhookOptions};
 use lifeboat_hub::agentapi::AgentApiConfig;
 use lifeboat_hub::agentapi::server::ConnectionLimits;
-use lifeboat_hub::clusters::ClusterHealthConfig;
-use lifeboat_hub::hub::{self, AgentApiTls, HubOptions};
+use lifeboat_hub::clusters::health::ClusterHealthConfig;
 use lifeboat_hub::ledger::DEFAULT_DATABASE_URL;
+use lifeboat_hub::process::{self, AgentApiTls, HubOptions};
 use lifeboat_runtime::leader::flags::LeaderElectionArgs;
 use lifeboat_runtime::webhook::ClientConfigTarget;
 use lifeboat_scheduler::SchedulerConfig;
@@ -95,7 +95,7 @@ struct Args {
     fencing_period_seconds: u64,
     /// A new leader waits at most this long for the agents of the Ready clusters to re-send
     /// their full state before it decides evictions and placements (seconds).
-    #[arg(long, default_value_t = lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT.as_secs())]
+    #[arg(long, default_value_t = lifeboat_hub::process::DEFAULT_RECOVERY_TIMEOUT.as_secs())]
     recovery_timeout_seconds: u64,
     /// Templates bound in parallel. Each binding waits on two apiserver writes (spec, then
     /// status), so the workers, not the CPU, bound the binding rate: 4 gave about 20 bindings/s
@@ -108,7 +108,7 @@ struct Args {
     #[arg(long, default_value_t = 32)]
     status_writers: usize,
     /// Bindings evicted per second from a lost or deleted cluster (cluster failover).
-    #[arg(long, default_value_t = lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE)]
+    #[arg(long, default_value_t = lifeboat_hub::binding::binder::DEFAULT_CLUSTER_EVICTION_RATE)]
     cluster_eviction_rate: f64,
     /// Scheduler plugins: `*` for all, `-Name` to disable one (Karmada's `--plugins`).
     #[arg(long, default_value = "*")]
@@ -307,7 +307,7 @@ async fn main() -> anyhow::Result<()> {
     let options = Args::parse().options()?;
     let shutdown =
         lifeboat_runtime::shutdown::on_signal().context("installing the SIGTERM handler")?;
-    hub::run(options, prometheus::Registry::new(), shutdown).await?;
+    process::run(options, prometheus::Registry::new(), shutdown).await?;
     Ok(())
 }
 

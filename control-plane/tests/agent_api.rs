@@ -29,12 +29,11 @@ use lifeboat_hub::agentapi::auth::{
     CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, TokenHash,
     credential_secret_name,
 };
-use lifeboat_hub::cluster_removal::{EVENT_REMOVED, FINALIZER};
-use lifeboat_hub::clusters::{
-    ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor, lease_name,
-};
+use lifeboat_hub::clusters::health::{ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor};
+use lifeboat_hub::clusters::removal::{EVENT_REMOVED, FINALIZER};
 use lifeboat_hub::leadership::{LeaderState, always_leader};
-use lifeboat_hub::work_store::WorkStore;
+use lifeboat_hub::names::lease_name;
+use lifeboat_hub::work::store::WorkStore;
 use serde_json::json;
 use support::*;
 
@@ -1836,7 +1835,7 @@ async fn monitor(
     grace: Duration,
 ) -> Result<
     (
-        tokio::sync::broadcast::Receiver<lifeboat_hub::clusters::ReadinessTransition>,
+        tokio::sync::broadcast::Receiver<lifeboat_hub::clusters::health::ReadinessTransition>,
         prometheus::Registry,
         tokio::sync::oneshot::Sender<()>,
     ),
@@ -1855,7 +1854,7 @@ fn monitor_led(
     keep: Option<tokio::sync::watch::Sender<LeaderState>>,
 ) -> Result<
     (
-        tokio::sync::broadcast::Receiver<lifeboat_hub::clusters::ReadinessTransition>,
+        tokio::sync::broadcast::Receiver<lifeboat_hub::clusters::health::ReadinessTransition>,
         prometheus::Registry,
         tokio::sync::oneshot::Sender<()>,
     ),

@@ -1,4 +1,4 @@
-//! ResourceInterpreterCustomizations on the real hub (`lifeboat_hub::hub::run` with its
+//! ResourceInterpreterCustomizations on the real hub (`lifeboat_hub::process::run` with its
 //! admission webhook, as the binary runs it) and an agent in hub mode, on the local fleet (hub +
 //! 1 member):
 //!

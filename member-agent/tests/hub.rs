@@ -1,6 +1,6 @@
 //! Hub mode on the local fleet: the agent of a real member cluster against a small test hub
 //! that speaks `lifeboat_api::protocol` over HTTPS and serves the hub's own `WorkStore`
-//! (`lifeboat_hub::work_store`), until the hub's agent API is merged and replaces it.
+//! (`lifeboat_hub::work::store`), until the hub's agent API is merged and replaces it.
 //!
 //! One scenario, in order, on member-1 (4 kwok nodes × 8 GPUs): register through a standby's
 //! redirect → heartbeats with the inventory → works applied → status reported → a work deleted
@@ -38,7 +38,7 @@ use lifeboat_api::protocol::{
 };
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::{nodes, wait};
-use lifeboat_hub::work_store::WorkStore;
+use lifeboat_hub::work::store::WorkStore;
 use serde_json::{Value, json};
 use support::{T, metric, metrics_text};
 use tokio::net::{TcpListener, TcpStream};

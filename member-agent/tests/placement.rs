@@ -1,5 +1,5 @@
 //! The hub and its agents as they run in production, on the local fleet (hub + 2 members): the
-//! real hub (`lifeboat_hub::hub::run`: CRDs, agent API over TLS with its CA in a Secret, binder
+//! real hub (`lifeboat_hub::process::run`: CRDs, agent API over TLS with its CA in a Secret, binder
 //! with the scheduler plugins, status processor, cluster health) and one agent per member in
 //! hub mode, each registering with a bootstrap token.
 //!

@@ -9,7 +9,7 @@
 //!    generation), the binding records the reset, the ledger, an Event and the hub's counter
 //!    show it. Twice; the third failure moves it to the other member, with an eviction record.
 //! 2. A manual reset of the moved, healthy PyTorchJob through `lifeboatctl reset`'s code path
-//!    (`lifeboat_hub::manual_reset::request`) re-creates it once in its member and does not move
+//!    (`lifeboat_hub::failover::manual_reset::request`) re-creates it once in its member and does not move
 //!    it.
 //! 3. A reset its member cannot carry out (a finalizer the test set holds the old object) is
 //!    given up after `inPlaceReset.timeoutSeconds` (5 s here), and the job moves to the other
@@ -31,8 +31,8 @@ use lifeboat_api::binding::{ANNOTATION_RESET_GENERATION, ResourceBinding, Resour
 use lifeboat_api::health::FailureClass;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::wait;
+use lifeboat_hub::failover::manual_reset::{self, ManualResetError};
 use lifeboat_hub::ledger::{EventKind, Ledger};
-use lifeboat_hub::manual_reset::{self, ManualResetError};
 use serde_json::{Value, json};
 use support::hub::{
     binding_of, install_operator_crd, member_api, placement, start_hub_with, tempfile_dir,

@@ -1,4 +1,4 @@
-//! What the hub benches share: the real hub in this process (`lifeboat_hub::hub::run`) against
+//! What the hub benches share: the real hub in this process (`lifeboat_hub::process::run`) against
 //! the fleet's hub apiserver, and simulated agents that speak the real agent protocol over
 //! HTTPS: each registers with a bootstrap token, sends heartbeats with a GPU inventory (nodes of
 //! 8 H100s) at the interval the hub asks for, holds its work stream open (counting the Upserts;
@@ -33,8 +33,8 @@ use lifeboat_api::protocol::{
 };
 use lifeboat_e2e::fleet::{Fleet, workspace_root};
 use lifeboat_hub::agentapi::AgentApiConfig;
-use lifeboat_hub::clusters::ClusterHealthConfig;
-use lifeboat_hub::hub::{AgentApiTls, HubOptions};
+use lifeboat_hub::clusters::health::ClusterHealthConfig;
+use lifeboat_hub::process::{AgentApiTls, HubOptions};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::json;
@@ -504,9 +504,9 @@ pub async fn start_hub(
         binder_workers: 32,
         status_writers: 32,
         scheduler: Default::default(),
-        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
+        cluster_eviction_rate: lifeboat_hub::binding::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: format!("sqlite://{}", dir.join("ledger.db").display()),
-        recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
+        recovery_timeout: lifeboat_hub::process::DEFAULT_RECOVERY_TIMEOUT,
         webhook: None,
     };
     configure(&mut options);
@@ -514,7 +514,7 @@ pub async fn start_hub(
     let hub_registry = registry.clone();
     tokio::spawn(async move {
         if let Err(error) =
-            lifeboat_hub::hub::run(options, hub_registry, std::future::pending()).await
+            lifeboat_hub::process::run(options, hub_registry, std::future::pending()).await
         {
             eprintln!("hub stopped: {error}");
         }

@@ -21,18 +21,11 @@ use ring::digest;
 use ring::rand::{SecureRandom, SystemRandom};
 use tokio::sync::watch;
 
-/// Secret type of bootstrap tokens.
-pub const BOOTSTRAP_TOKEN_TYPE: &str = "lifeboat.dev/bootstrap-token";
-/// Secret type of the stored hash of a cluster token.
-pub const CLUSTER_CREDENTIAL_TYPE: &str = "lifeboat.dev/cluster-credential";
-/// Label naming the cluster a credential (or Lease) belongs to.
-pub const CLUSTER_NAME_LABEL: &str = "cluster.lifeboat.dev/name";
-/// Bootstrap token data keys.
-pub const BOOTSTRAP_TOKEN_KEY: &str = "token";
-pub const BOOTSTRAP_EXPIRATION_KEY: &str = "expiration";
-pub const BOOTSTRAP_CLUSTER_NAME_KEY: &str = "cluster-name";
-/// Credential data key: the hex SHA-256 of the cluster token.
-pub const CREDENTIAL_HASH_KEY: &str = "token-sha256";
+pub use crate::names::{
+    BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_EXPIRATION_KEY, BOOTSTRAP_TOKEN_KEY,
+    BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY,
+};
+
 /// The shortest bootstrap token accepted (bytes of its text).
 pub const MIN_BOOTSTRAP_TOKEN_BYTES: usize = 32;
 

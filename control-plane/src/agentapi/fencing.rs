@@ -1,7 +1,7 @@
 //! The clusters' fencing credentials ([`lifeboat_api::fencing`]): an agent sends its own with a
 //! heartbeat when the hub's answer shows the hub holds another (or none); the hub keeps it in
 //! the Secret `cluster-<name>-fencing`, owned by the Cluster (so it goes with it), and only the
-//! fencer ([`crate::fencer`]) reads it.
+//! fencer ([`crate::failover::fencer`]) reads it.
 
 use std::collections::BTreeMap;
 

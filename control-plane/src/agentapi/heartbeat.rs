@@ -2,7 +2,7 @@
 //! matter) and, when it changed, writes the inventory into the Cluster status. The status is
 //! written by server-side apply as [`FIELD_MANAGER`], which owns the inventory fields,
 //! `lastHeartbeatTime` and `agent`; the `Ready` condition and the unreachable taint belong to the
-//! cluster health monitor ([`crate::clusters`]), which follows the Lease.
+//! cluster health monitor ([`crate::clusters::health`]), which follows the Lease.
 
 use std::sync::Arc;
 
@@ -20,8 +20,8 @@ use tracing::Instrument;
 
 use super::auth::CLUSTER_NAME_LABEL;
 use super::{ApiError, FIELD_MANAGER, Shared, json_body};
-use crate::cluster_removal::ANNOTATION_AGENT_STOPPED;
-use crate::clusters::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
+use crate::clusters::removal::ANNOTATION_AGENT_STOPPED;
+use crate::names::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
 
 /// The Cluster status fields the agent API owns.
 #[derive(Debug, Clone, Default, PartialEq)]

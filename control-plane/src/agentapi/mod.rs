@@ -38,7 +38,7 @@ use axum::routing::{get, post};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
@@ -48,9 +48,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::intake::StatusIntake;
 use crate::leadership::LeaderState;
-use crate::work_store::WorkStore;
+use crate::reflector::spawn_reflector;
+use crate::status::intake::StatusIntake;
+use crate::work::store::WorkStore;
 use auth::{BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE, CredentialIndex, TokenHash};
 pub use error::ApiError;
 pub use metrics::AgentApiMetrics;
@@ -357,44 +358,6 @@ impl Shared {
             .map_err(|e| ApiError::from_kube(&format!("storing Secret {name}"), e))?;
         Ok(())
     }
-}
-
-/// A reflector store fed by a watch in a spawned task (aborted with the returned handle).
-/// `wake`, when given, is notified after each event (for loops that react to changes).
-pub(crate) fn spawn_reflector<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    what: &'static str,
-    wake: Option<Arc<tokio::sync::Notify>>,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        lifeboat_runtime::watch::backoff(watcher(api, config)),
-    );
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => {
-                    if let Some(wake) = &wake {
-                        wake.notify_one();
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "watching {what}"),
-            }
-        }
-    });
-    (store, task)
 }
 
 /// The metric label of a route.

@@ -28,7 +28,7 @@ use super::auth::{
 };
 use super::heartbeat::{LeaseNotes, whole_seconds};
 use super::{ApiError, Shared, json_body, seconds};
-use crate::cluster_removal::FINALIZER;
+use crate::clusters::removal::FINALIZER;
 
 /// Whether `name` is a DNS-1123 label (what a Cluster name must be here: it also names the
 /// Lease and the Secret).

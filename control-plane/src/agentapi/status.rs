@@ -1,5 +1,5 @@
 //! Batched status reports. Each item must be work assigned to the calling cluster (same binding
-//! UID) in the [`crate::work_store::WorkStore`], or, for a gone report, work withdrawn from that
+//! UID) in the [`crate::work::store::WorkStore`], or, for a gone report, work withdrawn from that
 //! cluster whose purge the hub awaits (same binding UID); others are rejected with why while the
 //! rest are taken. A report the API already took for that work (same `observedAt`) is not handed on again
 //! (a retried or replayed request changes nothing); an older one is rejected as stale. The status
@@ -19,9 +19,9 @@ use lifeboat_api::stages;
 use tracing::Instrument;
 
 use super::{ApiError, Shared, json_body};
-use crate::intake::{IntakeError, StatusBatch};
-use crate::processor::check_assignment;
-use crate::work_store::WorkStore;
+use crate::status::intake::{IntakeError, StatusBatch};
+use crate::status::processor::check_assignment;
+use crate::work::store::WorkStore;
 
 /// The last report taken per work of one cluster: (binding UID, observedAt).
 pub(crate) type TakenReports = HashMap<WorkKey, (String, Time)>;

@@ -23,7 +23,7 @@ use super::auth::{CredentialIndex, TokenHash};
 use super::metrics::OpenStream;
 use super::{ApiError, Shared};
 use crate::leadership::LeaderState;
-use crate::work_store::{Changes, WorkStore};
+use crate::work::store::{Changes, WorkStore};
 
 /// Content type of the stream.
 pub const NDJSON: &str = "application/x-ndjson";

@@ -15,11 +15,11 @@ use tokio::sync::{broadcast, mpsc, watch};
 
 use super::event::{BindingRef, EventKind, LedgerEvent};
 use super::writer::LedgerWriter;
-use crate::clusters::{ClusterHealth, ReadinessTransition};
-use crate::failover::AppliedReset;
+use crate::clusters::health::{ClusterHealth, ReadinessTransition};
+use crate::failover::decide::AppliedReset;
 use crate::leadership::LeaderState;
-use crate::processor::HealthTransition;
-use crate::work_store::{WorkChange, WorkObserver, WorkStore};
+use crate::status::processor::HealthTransition;
+use crate::work::store::{WorkChange, WorkObserver, WorkStore};
 
 /// `to` of a dispatch event: the work was handed to the cluster's agent.
 pub const DISPATCHED: &str = "Dispatched";
@@ -326,7 +326,7 @@ mod tests {
 
     #[test]
     fn a_reset_is_a_decision_with_its_generation_and_why() {
-        use crate::failover::Reset;
+        use crate::failover::decide::Reset;
         use lifeboat_api::binding::InPlaceResetRecord;
         let record = InPlaceResetRecord {
             cluster_name: "member-1".into(),

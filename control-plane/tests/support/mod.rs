@@ -26,9 +26,9 @@ use lifeboat_api::protocol::{
 use lifeboat_e2e::harness::TestError;
 use lifeboat_hub::agentapi::auth::BOOTSTRAP_TOKEN_TYPE;
 use lifeboat_hub::agentapi::{AgentApi, AgentApiConfig, AgentApiDeps};
-use lifeboat_hub::intake::{self, StatusBatch};
 use lifeboat_hub::leadership::LeaderState;
-use lifeboat_hub::work_store::WorkStore;
+use lifeboat_hub::status::intake::{self, StatusBatch};
+use lifeboat_hub::work::store::WorkStore;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! Every kind the hub places (`lifeboat_hub::detector::TEMPLATE_KINDS`) but the AppWrapper, which
+//! Every kind the hub places (`lifeboat_hub::binding::detector::TEMPLATE_KINDS`) but the AppWrapper, which
 //! the other scenarios place: three Jobs (a generated selector, a manual selector, a TTL), a
 //! Deployment, a StatefulSet, and the operator kinds JobSet, PyTorchJob and RayJob, applied to
 //! the hub at once with one policy naming member-3 and followed concurrently.

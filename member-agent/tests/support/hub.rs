@@ -15,8 +15,8 @@ use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::wait;
 use lifeboat_hub::agentapi::AgentApiConfig;
 use lifeboat_hub::agentapi::auth::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
-use lifeboat_hub::clusters::ClusterHealthConfig;
-use lifeboat_hub::hub::{AgentApiTls, HubOptions as HubProcessOptions};
+use lifeboat_hub::clusters::health::ClusterHealthConfig;
+use lifeboat_hub::process::{AgentApiTls, HubOptions as HubProcessOptions};
 
 use super::T;
 
@@ -67,16 +67,19 @@ pub async fn start_hub_with(
         binder_workers: 2,
         status_writers: 2,
         scheduler: Default::default(),
-        cluster_eviction_rate: lifeboat_hub::binder::DEFAULT_CLUSTER_EVICTION_RATE,
+        cluster_eviction_rate: lifeboat_hub::binding::binder::DEFAULT_CLUSTER_EVICTION_RATE,
         database_url: ledger_url(&ctx.namespace)?,
-        recovery_timeout: lifeboat_hub::hub::DEFAULT_RECOVERY_TIMEOUT,
+        recovery_timeout: lifeboat_hub::process::DEFAULT_RECOVERY_TIMEOUT,
         webhook: None,
     };
     configure(&mut options);
     tokio::spawn(async move {
-        let result =
-            lifeboat_hub::hub::run(options, prometheus::Registry::new(), std::future::pending())
-                .await;
+        let result = lifeboat_hub::process::run(
+            options,
+            prometheus::Registry::new(),
+            std::future::pending(),
+        )
+        .await;
         if let Err(error) = result {
             eprintln!("hub stopped: {error}");
         }

@@ -52,7 +52,7 @@ impl FleetHub {
 /// changed by `agent`), and waits until every member's Cluster is Ready.
 pub async fn start_fleet_hub(
     ctx: &TestContext,
-    hub: impl FnOnce(&mut lifeboat_hub::hub::HubOptions),
+    hub: impl FnOnce(&mut lifeboat_hub::process::HubOptions),
     agent: impl Fn(&mut HubOptions),
 ) -> Result<FleetHub, TestError> {
     let dir = tempfile_dir(&ctx.namespace)?;

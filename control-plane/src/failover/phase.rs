@@ -16,8 +16,10 @@ use lifeboat_api::binding::{
 use lifeboat_api::cluster::{CONDITION_READY, Cluster};
 use lifeboat_api::policy::PurgeMode;
 
-use crate::failover::{self, Blocked, ClusterState, Context, Decision, Eviction, TaskChange};
-use crate::status::condition;
+use crate::failover::decide::{
+    self as failover, Blocked, ClusterState, Context, Decision, Eviction, TaskChange,
+};
+use crate::status::aggregate::condition;
 
 /// Reason of `FailoverBlocked` when an eviction was decided but no other cluster fits: the old
 /// copy stays (karmada#7455 deletes it).

@@ -20,7 +20,7 @@
 //!
 //! [`judge`] is the pure decision; [`ClusterHealthMonitor::run`] is the IO around it. The monitor
 //! also keeps the hub's finalizer on every Cluster and lets deleted ones go once their agent has
-//! stopped ([`crate::cluster_removal`]).
+//! stopped ([`crate::clusters::removal`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -46,10 +46,10 @@ use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::agentapi::auth::CLUSTER_NAME_LABEL;
-use crate::agentapi::spawn_reflector;
-use crate::cluster_removal::ClusterRemoval;
+use crate::clusters::removal::ClusterRemoval;
 use crate::leadership::LeaderState;
+use crate::names::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, CLUSTER_NAME_LABEL, lease_name};
+use crate::reflector::spawn_reflector;
 
 /// Field manager of the `Ready` condition and the unreachable taint.
 pub const FIELD_MANAGER: &str = "lifeboat-hub/cluster-health";
@@ -61,18 +61,8 @@ pub const EVENT_NOT_READY: &str = "ClusterNotReady";
 pub const TAINT_EFFECT: &str = "NoSchedule";
 /// The taints this monitor owns.
 const MONITOR_TAINTS: [&str; 2] = [TAINT_UNREACHABLE, TAINT_NOT_READY];
-/// Annotation on a cluster's Lease while its agent reports that the member's kube-apiserver has
-/// not answered it: since when (RFC 3339, the hub's clock). Every heartbeat writes the Lease
-/// (server-side apply): one that says so sets it, one that does not removes it.
-pub const ANNOTATION_MEMBER_API_UNREACHABLE_SINCE: &str =
-    "cluster.lifeboat.dev/member-api-unreachable-since";
 /// After a write, how long the monitor trusts it over a Cluster cache that does not show it yet.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
-
-/// Name of cluster `cluster`'s Lease in the hub namespace.
-pub fn lease_name(cluster: &str) -> String {
-    format!("cluster-{cluster}")
-}
 
 /// Settings of the monitor.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The status processor: agents' reports → interpreted health and reflected status → each
-//! binding's per-cluster items ([`crate::status::next_item`]) → the binding's status (written
+//! binding's per-cluster items ([`crate::status::aggregate::next_item`]) → the binding's status (written
 //! only when something changed) and the template's status (the kind's AggregateStatus).
 //!
 //! [`StatusState`] is the decision core, IO-free: it checks each report against the cluster's
@@ -31,11 +31,11 @@ use lifeboat_interpreter::{HealthState, Limit, Operation};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::intake::{StatusBatch, StatusReceiver};
+use crate::interpreters::lanes::{LaneKey, Pool, Priority};
 use crate::interpreters::{Evaluated, Failure, InterpreterHandle, Interpreters, Kind};
-use crate::lanes::{LaneKey, Pool, Priority};
-use crate::status::{self, HealthVerdict, Observation};
-use crate::work_store::WorkStore;
+use crate::status::aggregate::{self as status, HealthVerdict, Observation};
+use crate::status::intake::{StatusBatch, StatusReceiver};
+use crate::work::store::WorkStore;
 
 /// Field manager of everything the processor writes.
 pub const FIELD_MANAGER: &str = "lifeboat-hub/status";
@@ -695,7 +695,7 @@ impl StatusState {
     /// the caller's copy shows it) does not have yet: a write on its way, or a write the
     /// caller's cache has not seen. Only the clusters the status is written for count.
     pub fn ahead_of(&self, binding: &ResourceBinding) -> bool {
-        let key = crate::dispatch::work_key(binding);
+        let key = crate::work::dispatch::work_key(binding);
         let Some(tracked) = self
             .bindings
             .get(&key)
@@ -722,13 +722,15 @@ impl StatusState {
 
     /// The per-cluster items of `binding` as decisions must see them: the binding's own, with
     /// this state's newer ones in their place (`None`: the binding shows them all already).
-    /// The binder decides on these at once ([`crate::handoff`]) instead of waiting for the
+    /// The binder decides on these at once ([`crate::status::handoff`]) instead of waiting for the
     /// status write to come back through the binding watch.
     pub fn newest_items(&self, binding: &ResourceBinding) -> Option<Vec<AggregatedStatusItem>> {
         if !self.ahead_of(binding) {
             return None;
         }
-        let tracked = self.bindings.get(&crate::dispatch::work_key(binding))?;
+        let tracked = self
+            .bindings
+            .get(&crate::work::dispatch::work_key(binding))?;
         let mut items: Vec<AggregatedStatusItem> = binding
             .status
             .as_ref()
@@ -1003,8 +1005,8 @@ pub struct ProcessorDeps {
     /// Parallel status writes.
     pub write_concurrency: usize,
     /// Hands each binding's new items to the binder before they are written, and holds the
-    /// write while the binder decides on them ([`crate::handoff`]).
-    pub handoff: Option<Arc<crate::handoff::Handoff>>,
+    /// write while the binder decides on them ([`crate::status::handoff`]).
+    pub handoff: Option<Arc<crate::status::handoff::Handoff>>,
 }
 
 /// The processor's metrics.
@@ -1123,7 +1125,7 @@ pub struct Done {
 }
 
 /// The processor's engine: folds batches in with their interpretations done on the lanes'
-/// threads ([`crate::lanes`]), without waiting for the slow ones (they are folded in when they
+/// threads ([`crate::interpreters::lanes`]), without waiting for the slow ones (they are folded in when they
 /// come, [`Engine::late`]), and re-interprets what a change of customizations affects. IO-free
 /// but for the threads; [`run`] drives it.
 pub struct Engine {
@@ -1348,7 +1350,7 @@ fn nanos_since(epoch: Instant) -> u64 {
 
 /// What the processor loop waits for.
 enum Wake {
-    Batch(Option<crate::intake::Submission>),
+    Batch(Option<crate::status::intake::Submission>),
     Done(Box<Done>),
     Changed,
 }
@@ -1377,9 +1379,9 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
     let threads = interpret_threads();
     let mut engine = Engine::new(
         state.clone(),
-        Arc::new(Pool::new(threads, crate::lanes::SLOW_AFTER)),
+        Arc::new(Pool::new(threads, crate::interpreters::lanes::SLOW_AFTER)),
         interpreters.current(),
-        crate::lanes::SLOW_AFTER,
+        crate::interpreters::lanes::SLOW_AFTER,
     );
     let spawned = std::thread::Builder::new()
         .name("status-processor".into())
@@ -1467,7 +1469,7 @@ pub fn run(mut intake: StatusReceiver, deps: ProcessorDeps) -> SharedState {
         tracing::error!(error = %e, "cannot start the status processor thread");
     }
     tokio::spawn(
-        crate::interpreter_events::run(
+        crate::interpreters::events::run(
             deps.client.clone(),
             notices_rx,
             deps.metrics.events_dropped.clone(),
@@ -1484,7 +1486,7 @@ struct Outputs {
     transitions: Option<mpsc::UnboundedSender<HealthTransition>>,
     dirty: mpsc::UnboundedSender<WorkKey>,
     notices: mpsc::UnboundedSender<FailureNotice>,
-    handoff: Option<Arc<crate::handoff::Handoff>>,
+    handoff: Option<Arc<crate::status::handoff::Handoff>>,
 }
 
 impl Outputs {
@@ -1579,7 +1581,9 @@ async fn write_dirty(
             // After the binder's decision on these items (its spec write must not race this
             // one), and without a writer's permit meanwhile: a held write blocks no other.
             if let Some(handoff) = &handoff {
-                handoff.wait(&key, crate::handoff::HOLD_AT_MOST).await;
+                handoff
+                    .wait(&key, crate::status::handoff::HOLD_AT_MOST)
+                    .await;
             }
             let Ok(permit) = semaphore.acquire_owned().await else {
                 return;
@@ -2458,12 +2462,12 @@ mod tests {
             .collect();
         let widget =
             json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}});
-        let pool = Arc::new(Pool::new(2, crate::lanes::SLOW_AFTER));
+        let pool = Arc::new(Pool::new(2, crate::interpreters::lanes::SLOW_AFTER));
         let mut engine = Engine::new(
             shared(StatusState::default()),
             pool.clone(),
             interp.clone(),
-            crate::lanes::SLOW_AFTER,
+            crate::interpreters::lanes::SLOW_AFTER,
         );
         let widgets = Arc::new(batch(
             "m1",
@@ -2521,9 +2525,9 @@ mod tests {
                          "status": {"phase": "Running"}});
         let mut engine = Engine::new(
             shared(StatusState::default()),
-            Arc::new(Pool::new(2, crate::lanes::SLOW_AFTER)),
+            Arc::new(Pool::new(2, crate::interpreters::lanes::SLOW_AFTER)),
             plain.clone(),
-            crate::lanes::SLOW_AFTER,
+            crate::interpreters::lanes::SLOW_AFTER,
         );
         let b = Arc::new(batch(
             "m1",

@@ -7,6 +7,9 @@
 //! so an evaluation never sees half an update. A customization that does not compile is left out
 //! (with its error reported), never blocking the others.
 
+pub mod events;
+pub mod lanes;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};

@@ -33,8 +33,9 @@ use lifeboat_api::cluster::Cluster;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::agentapi::auth::{BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_TOKEN_TYPE};
-use crate::clusters::{LeaseTerms, lease_name, post_event};
+use crate::clusters::health::{LeaseTerms, post_event};
+use crate::names::lease_name;
+use crate::names::{BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_TOKEN_TYPE};
 
 /// The hub's finalizer on every Cluster: held until the cluster's agent has stopped.
 pub const FINALIZER: &str = "cluster.lifeboat.dev/stop-agent";
@@ -338,7 +339,7 @@ async fn remove_finalizer(client: &kube::Client, cluster: &Cluster) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clusters::tests::{at, cluster};
+    use crate::clusters::health::tests::{at, cluster};
     use k8s_openapi::ByteString;
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, Time};

@@ -12,7 +12,7 @@ pub struct StatusBatch {
     pub cluster: String,
     pub report: StatusReport,
     /// Who stands behind the batch's gone reports: the cluster's agent, or the hub's own fence
-    /// ([`crate::fencer`]), which saw the copy gone through the member's kube-apiserver.
+    /// ([`crate::failover::fencer`]), which saw the copy gone through the member's kube-apiserver.
     pub gone_confirmed_by: GoneConfirmedBy,
 }
 

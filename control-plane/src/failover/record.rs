@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use lifeboat_api::binding::{GracefulEvictionTask, ResourceBinding};
 use serde_json::json;
 
-use crate::failover::{AppliedReset, Blocked, Eviction, PurgeEvidence, TaskChange};
+use crate::failover::decide::{AppliedReset, Blocked, Eviction, PurgeEvidence, TaskChange};
 use crate::ledger::feed::ledger_time;
 use crate::ledger::{BindingRef, EventKind, LedgerEvent, LedgerFeed};
 
@@ -98,8 +98,8 @@ impl FailoverMetrics {
             blocked.with_label_values(&[reason]);
         }
         for reason in [
-            crate::failover::RESET_FAILURE,
-            crate::failover::RESET_MANUAL,
+            crate::failover::decide::RESET_FAILURE,
+            crate::failover::decide::RESET_MANUAL,
         ] {
             in_place_resets.with_label_values(&[reason]);
         }
@@ -418,7 +418,7 @@ impl FailoverRecorder {
         }
         for change in pass.settled {
             if let (TaskChange::Remove { cluster, .. }, Some(before)) = (change, pass.before)
-                && crate::failover::new_placement_healthy(before)
+                && crate::failover::decide::new_placement_healthy(before)
                 && let Some(task) = before
                     .spec
                     .graceful_eviction_tasks
@@ -618,7 +618,7 @@ mod tests {
             &b,
             &TaskChange::Purged {
                 cluster: "a".into(),
-                evidence: crate::failover::PurgeEvidence::Hub,
+                evidence: crate::failover::decide::PurgeEvidence::Hub,
             },
             &at(2),
         );

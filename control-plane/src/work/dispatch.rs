@@ -2,11 +2,11 @@
 //!
 //! The manifest is the template without what belongs to the hub's copy (uid, resourceVersion,
 //! managed fields, owner references, finalizers, status, `kubectl` bookkeeping, and per kind what
-//! the hub's API server generated: [`crate::prune`]), labelled with its binding so the agent can
+//! the hub's API server generated: [`crate::work::prune`]), labelled with its binding so the agent can
 //! adopt it after a restart and remove it when it is no longer assigned, and annotated with the
 //! template's generation. A Divided workload gets its cluster's share of the replicas through the
 //! kind's ReviseReplica rule. A copy made after an eviction that preserved state carries that
-//! state as labels ([`crate::failover::preserved_labels`]).
+//! state as labels ([`crate::failover::decide::preserved_labels`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -113,7 +113,7 @@ pub fn base_manifest(template: &Value, binding: &ResourceBinding) -> Result<Valu
     );
     out.insert("metadata".into(), Value::Object(metadata));
     let mut manifest = Value::Object(out);
-    crate::prune::remove_generated(&mut manifest);
+    crate::work::prune::remove_generated(&mut manifest);
     Ok(manifest)
 }
 
@@ -139,7 +139,7 @@ pub fn work_for(
     };
     add_labels(
         &mut manifest,
-        crate::failover::preserved_labels(&binding.spec, &target.name),
+        crate::failover::decide::preserved_labels(&binding.spec, &target.name),
     );
     Ok(Work {
         key: work_key(binding),

@@ -1,5 +1,5 @@
 //! Watches of the workload templates users apply to the hub, one per kind the hub places
-//! ([`crate::detector::TEMPLATE_KINDS`]) whose API exists on the hub. A kind whose CRD is not
+//! ([`crate::binding::detector::TEMPLATE_KINDS`]) whose API exists on the hub. A kind whose CRD is not
 //! installed yet is looked for again periodically, so installing JobSet's CRD on a running hub
 //! is enough.
 
@@ -15,7 +15,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use tokio::sync::watch;
 
-use crate::detector::{TEMPLATE_KINDS, TemplateKind};
+use crate::binding::detector::{TEMPLATE_KINDS, TemplateKind};
 
 /// How often kinds missing from the hub's API are looked for again.
 const DISCOVERY_RETRY: Duration = Duration::from_secs(15);
@@ -137,7 +137,7 @@ pub fn key_of(kind: &'static TemplateKind, object: &DynamicObject) -> TemplateKe
 
 /// A hash of what a binder pass reads of a template: all of it but its status and the object's
 /// bookkeeping (resourceVersion, managed fields). The hub writes each template's status from
-/// its binding (`crate::template_status`) after every failover; deciding again on that echo
+/// its binding (`crate::binding::template_status`) after every failover; deciding again on that echo
 /// was one binder pass per failover that could change nothing.
 pub fn binder_view(object: &DynamicObject) -> u64 {
     use std::hash::{Hash, Hasher};

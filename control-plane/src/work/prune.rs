@@ -15,7 +15,7 @@
 //! reports why) and a Pod's `nodeName` (the hub runs no scheduler, so only a user sets it).
 //!
 //! Metadata other than name, namespace, labels and annotations never reaches the manifest
-//! ([`crate::dispatch::base_manifest`]), and status neither; this module sees the rest.
+//! ([`crate::work::dispatch::base_manifest`]), and status neither; this module sees the rest.
 
 use serde_json::{Map, Value};
 

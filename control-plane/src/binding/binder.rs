@@ -29,20 +29,20 @@ use lifeboat_api::stages;
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::detector::{self, Replicas, TemplateKind, TemplateMeta};
-use crate::dispatch;
-use crate::failover::{self, AppliedReset};
-use crate::failover_phase::{self, EvictionRateLimiter};
-use crate::failover_record::{FailoverRecorder, PassRecord};
-use crate::fencer::{FenceHandle, FenceRequest};
-use crate::handoff::{Decider, Handoff};
+use crate::binding::detector::{self, Replicas, TemplateKind, TemplateMeta};
+use crate::binding::placement::{Placer, Unschedulable};
+use crate::binding::queue::WorkQueue;
+use crate::binding::templates::{TemplateKey, Templates};
+use crate::failover::decide::{self as failover, AppliedReset};
+use crate::failover::fencer::{FenceHandle, FenceRequest};
+use crate::failover::phase::{self as failover_phase, EvictionRateLimiter};
+use crate::failover::record::{FailoverRecorder, PassRecord};
 use crate::interpreters::InterpreterHandle;
-use crate::placement::{Placer, Unschedulable};
-use crate::processor::SharedState;
-use crate::queue::WorkQueue;
-use crate::status::condition;
-use crate::templates::{TemplateKey, Templates};
-use crate::work_store::WorkStore;
+use crate::status::aggregate::condition;
+use crate::status::handoff::{Decider, Handoff};
+use crate::status::processor::SharedState;
+use crate::work::dispatch;
+use crate::work::store::WorkStore;
 
 /// Field manager of the binding spec (every spec field the hub decides).
 pub const SPEC_MANAGER: &str = "lifeboat-hub";
@@ -209,7 +209,7 @@ pub struct Binder {
     purging: Mutex<HashMap<WorkKey, BTreeSet<String>>>,
     /// Cluster evictions (a lost or deleted cluster) go through this bucket.
     cluster_evictions: Mutex<EvictionRateLimiter>,
-    /// Off while the hub recovers (`crate::recovery`): bindings are only dispatched as they
+    /// Off while the hub recovers (`crate::clusters::recovery`): bindings are only dispatched as they
     /// are, nothing is evicted, placed or created.
     deciding: AtomicBool,
     /// The status processor's state: a binding whose newest per-cluster status is not in the
@@ -221,7 +221,7 @@ pub struct Binder {
     cluster_fingerprints: Mutex<HashMap<String, u64>>,
     /// Asked to fence the old copy of a `Directly` eviction whose cluster cannot say it is gone.
     fencer: Option<FenceHandle>,
-    /// New status from the processor, decided on before it is written ([`crate::handoff`]).
+    /// New status from the processor, decided on before it is written ([`crate::status::handoff`]).
     handoff: Option<Arc<Handoff>>,
     /// What the failover phase read of each binding at its last pass ([`decision_view`]).
     decided: Mutex<HashMap<WorkKey, u64>>,
@@ -1768,7 +1768,7 @@ fn convert<T: serde::Serialize, U: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::placement::SchedulerPlacer;
+    use crate::binding::placement::SchedulerPlacer;
     use serde_json::json;
 
     fn cluster(name: &str) -> Arc<Cluster> {

@@ -16,7 +16,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use lifeboat_api::protocol::WorkKey;
 use tokio::sync::mpsc;
 
-use crate::processor::FailureNotice;
+use crate::status::processor::FailureNotice;
 
 /// Reason of the Events.
 pub const REASON: &str = "InterpreterError";

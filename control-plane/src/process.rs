@@ -31,17 +31,17 @@ use prometheus::Registry;
 use tokio::sync::{mpsc, watch};
 
 use crate::agentapi::{AgentApi, AgentApiConfig, AgentApiDeps};
-use crate::binder::{Binder, BinderMetrics, Caches};
-use crate::clusters::{ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor};
-use crate::failover_record::{FailoverMetrics, FailoverRecorder};
+use crate::binding::binder::{Binder, BinderMetrics, Caches};
+use crate::binding::placement::SchedulerPlacer;
+use crate::binding::templates::{self, KindsSynced, Templates};
+use crate::clusters::health::{ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor};
+use crate::clusters::recovery::{HubPhase, Recovered, Recovery};
+use crate::failover::record::{FailoverMetrics, FailoverRecorder};
 use crate::interpreters::{InterpreterHandle, Interpreters};
 use crate::leadership::LeaderState;
 use crate::ledger::{Ledger, LedgerFeed, LedgerMetrics, LedgerWriter, LedgerWriterTask};
-use crate::placement::SchedulerPlacer;
-use crate::processor::{self, ProcessorDeps, ProcessorMetrics};
-use crate::recovery::{HubPhase, Recovered, Recovery};
-use crate::templates::{self, KindsSynced, Templates};
-use crate::work_store::WorkStore;
+use crate::status::processor::{self, ProcessorDeps, ProcessorMetrics};
+use crate::work::store::WorkStore;
 
 /// Field manager of the CRDs the hub installs.
 pub const CRD_FIELD_MANAGER: &str = "lifeboat-hub";
@@ -83,7 +83,7 @@ pub struct HubOptions {
     /// The event ledger: `sqlite://PATH` or `postgres://...` (see [`crate::ledger::Ledger::connect`]).
     pub database_url: String,
     /// How long a new leader waits at most for the agents of the Ready clusters to re-send
-    /// their full state before it decides anything (`crate::recovery`).
+    /// their full state before it decides anything (`crate::clusters::recovery`).
     pub recovery_timeout: Duration,
     /// The customization admission webhook (`crate::admission`), served by every replica.
     pub webhook: Option<crate::admission::WebhookOptions>,
@@ -488,10 +488,10 @@ async fn lead(
     let _ = work.observe(ledger.work_observer());
     let (health_tx, health_rx) = mpsc::unbounded_channel();
     tokio::spawn(ledger.clone().health_transitions(health_rx, work.clone()));
-    let (intake, receiver) = crate::intake::channel(1024);
+    let (intake, receiver) = crate::status::intake::channel(1024);
     let processor_metrics = ProcessorMetrics::new(&registry)?;
     let (full_reports_tx, full_reports) = mpsc::unbounded_channel();
-    let handoff = crate::handoff::Handoff::new();
+    let handoff = crate::status::handoff::Handoff::new();
     let status_view = processor::run(
         receiver,
         ProcessorDeps {
@@ -520,13 +520,13 @@ async fn lead(
     )?;
     // The hub's own fence (a Directly eviction's old copy on a cluster that cannot say it is
     // gone), with the fencing credentials the agents gave.
-    let fencer = crate::fencer::spawn(crate::fencer::FencerDeps {
+    let fencer = crate::failover::fencer::spawn(crate::failover::fencer::FencerDeps {
         credentials: api.fencing_credentials(),
         namespace: options.agent_api.namespace.clone(),
         work: work.clone(),
         intake,
         leadership: leader_rx.clone(),
-        metrics: crate::fencer::FencerMetrics::new(&registry)?,
+        metrics: crate::failover::fencer::FencerMetrics::new(&registry)?,
     });
     let listener = tokio::net::TcpListener::bind(options.agent_api_bind)
         .await
@@ -609,7 +609,7 @@ async fn lead(
             stop_rx.clone(),
         ));
     }
-    tokio::spawn(crate::template_status::run(
+    tokio::spawn(crate::binding::template_status::run(
         client.clone(),
         binder.caches.clone(),
         interpreters.clone(),
@@ -769,7 +769,7 @@ async fn backfill_evictions(reader: Ledger, bindings: Store<ResourceBinding>, fe
                 continue;
             }
         };
-        for event in crate::failover_record::missing_evictions(&binding, &recorded) {
+        for event in crate::failover::record::missing_evictions(&binding, &recorded) {
             feed.record(event).await;
             added += 1;
         }

@@ -10,9 +10,9 @@ use lifeboat_interpreter::results::AggregatedStatusItem as InterpreterItem;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::binder::{Caches, template_key_of};
+use crate::binding::binder::{Caches, template_key_of};
 use crate::interpreters::InterpreterHandle;
-use crate::processor::FIELD_MANAGER;
+use crate::status::processor::FIELD_MANAGER;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TemplateStatusError {

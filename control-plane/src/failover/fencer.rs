@@ -1,7 +1,7 @@
 //! The hub's own fence: evidence that a `Directly` eviction's old copy no longer runs when its
 //! cluster's agent cannot give it (dead, or cut off from the hub).
 //!
-//! The failover decision creates the new copy only on evidence ([`crate::failover::PurgeEvidence`]);
+//! The failover decision creates the new copy only on evidence ([`crate::failover::decide::PurgeEvidence`]);
 //! while the old copy's cluster is not Ready it says `WaitingForFence` and the binder asks the
 //! fencer here. With the fencing credential the cluster's agent gave ahead of time (a token that
 //! may only delete objects Lifeboat placed, [`lifeboat_api::fencing`]), the fencer deletes the
@@ -36,9 +36,9 @@ use lifeboat_api::protocol::{StatusReport, WorkKey, WorkStatus};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::intake::{StatusBatch, StatusIntake};
 use crate::leadership::LeaderState;
-use crate::work_store::WorkStore;
+use crate::status::intake::{StatusBatch, StatusIntake};
+use crate::work::store::WorkStore;
 
 /// The finalizer the kube-apiserver puts on an object deleted with foreground propagation; the
 /// garbage collector removes it once every dependent that blocks its owner's deletion is gone.

@@ -516,7 +516,7 @@ fn a_reset_that_never_completes_is_moved_after_its_timeout() {
         e.message
     );
     assert!(
-        !crate::failover_phase::is_cluster_eviction(e),
+        !crate::failover::phase::is_cluster_eviction(e),
         "one workload's failure: not rate-limited with cluster evictions"
     );
     // Completed in time (the agent reports the generation), nothing times out.
@@ -541,7 +541,7 @@ fn a_manual_reset_that_never_completes_without_application_failover_is_blocked()
     assert_eq!(d.resets.len(), 1);
     apply_resets(&mut b.spec, &d.resets, &at(10));
     assert!(
-        crate::failover_phase::wants_a_look(&b),
+        crate::failover::phase::wants_a_look(&b),
         "to see the timeout"
     );
     let d = decide_at(&b, 610, &clusters);

@@ -1,0 +1,10 @@
+//! Failover: what to do about a placement that stays unhealthy. The pure decision
+//! ([`decide`]), the binder's failover phase over a binding's desired spec ([`phase`]), what a
+//! decision leaves besides the binding ([`record`]: ledger, Events, metrics), asking for a manual
+//! reset ([`manual_reset`]), and the hub's own fence for a dead cluster's old copy ([`fencer`]).
+
+pub mod decide;
+pub mod fencer;
+pub mod manual_reset;
+pub mod phase;
+pub mod record;

@@ -1,0 +1,7 @@
+//! The desired work of every member cluster: from a binding and its template to each cluster's
+//! work ([`dispatch`], pure, with what the hub generated removed by [`prune`]), kept with
+//! revisions for the agents' work streams ([`store`]).
+
+pub mod dispatch;
+pub mod prune;
+pub mod store;
