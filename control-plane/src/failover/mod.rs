@@ -8,3 +8,6 @@ pub mod fencer;
 pub mod manual_reset;
 pub mod phase;
 pub mod record;
+
+// What the binder's pass carries of a failover decision.
+pub use decide::{AppliedReset, Blocked, Eviction, TaskChange};

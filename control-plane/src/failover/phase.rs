@@ -4,7 +4,7 @@
 //! result in the same spec write as its scheduling.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
@@ -17,7 +17,7 @@ use lifeboat_api::cluster::{CONDITION_READY, Cluster};
 use lifeboat_api::policy::PurgeMode;
 
 use crate::failover::decide::{
-    self as failover, Blocked, ClusterState, Context, Decision, Eviction, TaskChange,
+    self as failover, AppliedReset, Blocked, ClusterState, Context, Decision, Eviction, TaskChange,
 };
 use crate::status::aggregate::condition;
 
@@ -134,6 +134,125 @@ pub fn decide(current: &ResourceBinding, desired: &ResourceBindingSpec, ctx: &Co
         decision,
         task_changes,
     }
+}
+
+/// What the failover phase reads besides the binding.
+pub struct Inputs<'a> {
+    pub clusters: &'a [Arc<Cluster>],
+    /// Whether the binding's workload fits in the named cluster alone (a node notice moves an
+    /// AppWrapper only when it does not).
+    pub fits: &'a dyn Fn(&str) -> bool,
+    pub cluster_evictions: &'a Mutex<EvictionRateLimiter>,
+    /// The clock of the decision (timers, eviction times).
+    pub now: &'a Time,
+    /// The clock of the rate limit.
+    pub instant: Instant,
+}
+
+/// What the failover phase leaves for the rest of the binder's pass.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// The spec before this pass's evictions (settled tasks applied): kept when no other
+    /// cluster fits.
+    pub without_evictions: Option<ResourceBindingSpec>,
+    pub evicted: Vec<Eviction>,
+    /// Resets written into the spec.
+    pub resets: Vec<AppliedReset>,
+    pub blocked: Vec<Blocked>,
+    /// Look again after this long (a toleration, a delay, a grace period, the rate limit).
+    pub look_again: Option<Duration>,
+    pub settled: Vec<TaskChange>,
+}
+
+/// The failover phase of a binder pass, its one entry: decides evictions and resets and
+/// settles eviction tasks over the desired spec ([`decide`]), and applies them to it. Cluster
+/// evictions wait for the rate limit.
+pub fn step(
+    current: &ResourceBinding,
+    desired: &mut ResourceBindingSpec,
+    inputs: &Inputs<'_>,
+) -> Step {
+    if current.spec.clusters.is_empty() && current.spec.graceful_eviction_tasks.is_empty() {
+        return Step::default();
+    }
+    let now = inputs.now;
+    let pass = decide_over(current, desired, inputs);
+    let mut look_again = pass.decision.next_check.as_ref().map(|at| until(now, at));
+    let mut evictions = Vec::new();
+    for eviction in pass.decision.evictions {
+        if is_cluster_eviction(&eviction) {
+            let taken = inputs
+                .cluster_evictions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .try_take(inputs.instant);
+            if let Err(wait) = taken {
+                look_again = Some(look_again.map_or(wait, |l| l.min(wait)));
+                continue;
+            }
+        }
+        evictions.push(eviction);
+    }
+    for change in &pass.task_changes {
+        tracing::info!(?change, "eviction task settled");
+    }
+    // Resets first: they stay when an eviction is taken back for lack of another cluster.
+    let resets = failover::apply_resets(desired, &pass.decision.resets, now);
+    failover::apply_task_changes(desired, &pass.task_changes, now);
+    let without_evictions = (!evictions.is_empty()).then(|| desired.clone());
+    failover::apply_evictions(desired, &evictions, now);
+    Step {
+        without_evictions,
+        evicted: evictions,
+        resets,
+        blocked: pass.decision.blocked,
+        look_again,
+        settled: pass.task_changes,
+    }
+}
+
+/// What the failover decision says of a binding as a pass wrote it: what its evictions wait for
+/// and when to look again; `None` when it has more to decide (an eviction, a reset, a task to
+/// settle), which is another pass's.
+pub struct AfterWrite {
+    pub blocked: Vec<Blocked>,
+    pub look_again: Option<Duration>,
+}
+
+/// See [`AfterWrite`].
+pub fn after_write(written: &ResourceBinding, inputs: &Inputs<'_>) -> Option<AfterWrite> {
+    let pass = decide_over(written, &written.spec, inputs);
+    if !pass.decision.evictions.is_empty()
+        || !pass.decision.resets.is_empty()
+        || !pass.task_changes.is_empty()
+    {
+        return None;
+    }
+    Some(AfterWrite {
+        blocked: pass.decision.blocked,
+        look_again: pass
+            .decision
+            .next_check
+            .as_ref()
+            .map(|at| until(inputs.now, at)),
+    })
+}
+
+/// The pure failover decision over `current` with the `desired` spec, the clusters and the
+/// clock of `inputs`.
+fn decide_over(
+    current: &ResourceBinding,
+    desired: &ResourceBindingSpec,
+    inputs: &Inputs<'_>,
+) -> Pass {
+    let states = cluster_states(inputs.clusters);
+    let ctx = Context {
+        now: inputs.now,
+        clusters: &states,
+        resets_itself: current.spec.resource.kind == "AppWrapper",
+        fits: inputs.fits,
+    };
+    decide(current, desired, &ctx)
 }
 
 /// A cluster failover (the cluster is lost or deleted), as opposed to one workload's failure

@@ -16,7 +16,16 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use lifeboat_api::protocol::WorkKey;
 use tokio::sync::mpsc;
 
-use crate::status::processor::FailureNotice;
+use super::Failure;
+
+/// A script that failed on a binding's object in one cluster.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FailureNotice {
+    pub key: WorkKey,
+    pub binding_uid: String,
+    pub cluster: String,
+    pub failure: Failure,
+}
 
 /// Reason of the Events.
 pub const REASON: &str = "InterpreterError";

@@ -6,7 +6,7 @@
 //! adopt it after a restart and remove it when it is no longer assigned, and annotated with the
 //! template's generation. A Divided workload gets its cluster's share of the replicas through the
 //! kind's ReviseReplica rule. A copy made after an eviction that preserved state carries that
-//! state as labels ([`crate::failover::decide::preserved_labels`]).
+//! state as labels ([`preserved_labels`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -137,10 +137,7 @@ pub fn work_for(
     } else {
         base.clone()
     };
-    add_labels(
-        &mut manifest,
-        crate::failover::decide::preserved_labels(&binding.spec, &target.name),
-    );
+    add_labels(&mut manifest, preserved_labels(&binding.spec, &target.name));
     Ok(Work {
         key: work_key(binding),
         binding_uid: binding.metadata.uid.clone().unwrap_or_default(),
@@ -206,6 +203,25 @@ pub fn awaited_purges(spec: &ResourceBindingSpec) -> BTreeSet<String> {
 pub fn purge_mode(binding: &ResourceBinding) -> Option<PurgeMode> {
     let failover = binding.spec.failover.as_ref()?;
     failover.cluster.as_ref().map(|c| c.purge_mode())
+}
+
+/// The labels the copy in `cluster` carries: those of the most recent eviction that preserved
+/// state (the last checkpoint the workload reported before it was moved), for a cluster of the
+/// placement that was not placed before that eviction, i.e. a copy made after it. A copy that
+/// ran before it (another cluster of a multi-cluster placement) and an old copy an eviction
+/// keeps are left as they are. The record outlives the eviction task, so a copy keeps its
+/// labels when the task settles (Karmada drops them then, and only labels with `Directly`).
+pub fn preserved_labels(spec: &ResourceBindingSpec, cluster: &str) -> BTreeMap<String, String> {
+    if !spec.clusters.iter().any(|c| c.name == cluster) {
+        return BTreeMap::new();
+    }
+    spec.eviction_history
+        .iter()
+        .rev()
+        .find(|r| !r.preserved_label_state.is_empty())
+        .filter(|r| !r.clusters_before_failover.iter().any(|c| c == cluster))
+        .map(|r| r.preserved_label_state.clone())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
 use super::*;
+use crate::work::dispatch::preserved_labels;
 use lifeboat_api::binding::{InPlaceResetRecord, TargetCluster};
 use serde_json::{Value, json};
 
