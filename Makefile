@@ -27,6 +27,8 @@ help:
 	@echo "             against the runtime image: --help in an empty environment, only distroless/cc's libraries"
 	@echo "             (part of make test)"
 	@echo "make bench   benchmarks (see BENCHMARKS.md)"
+	@echo "make structure  check the hub's module structure (layers, no import circle, no file over 600 lines"
+	@echo "             of code) and print its drawing"
 
 .PHONY: k8s-bins
 k8s-bins:
@@ -61,6 +63,12 @@ crds:
 .PHONY: fmt-check
 fmt-check:
 	$(CARGO) fmt --all -- --check
+
+# The hub's module structure (control-plane/tests/structure.rs; also part of e2e's --test '*'),
+# with its drawing printed.
+.PHONY: structure
+structure:
+	$(CARGO) test -q -p lifeboat-hub --test structure -- --nocapture
 
 .PHONY: lint
 lint:
