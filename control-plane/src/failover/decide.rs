@@ -2,7 +2,7 @@
 //! history, per-cluster status) plus the clusters' health and a clock, what to do now — reset
 //! the workload in place, evict it from a cluster, or wait — and when to look again.
 //!
-//! The rules (issue 9, Karmada's semantics where they are right):
+//! The rules (Karmada's semantics where they are right):
 //! - A placement Unhealthy for `tolerationSeconds` (counted from `unhealthySince`, which only a
 //!   Healthy report clears) is evicted; `0` evicts in the same pass. `preConditions.delaySeconds`
 //!   waits after the first status; `healthyState: Healthy` only moves placements that were

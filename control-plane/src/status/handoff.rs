@@ -1,5 +1,5 @@
-//! The hand-off of a binding's new status from the status processor to the binder (issue 20:
-//! a failover is one binding write). The binder decides on the processor's newest items at
+//! The hand-off of a binding's new status from the status processor to the binder (a failover
+//! is one binding write). The binder decides on the processor's newest items at
 //! once ([`crate::status::processor::StatusState::newest_items`]) rather than after they are written
 //! and seen again through the binding watch; the processor holds that binding's status write
 //! back meanwhile, because the binder's spec write is guarded by the binding's

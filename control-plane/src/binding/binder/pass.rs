@@ -10,7 +10,7 @@ impl Binder {
     /// write and the dispatch, off the worker, so a burst of failovers waits on one binding
     /// write each; the key stays busy until its report is done (the next reconcile of that
     /// binding comes after it), and at most `workers` reports run at once, the others queue.
-    /// (Fewer at once were tried for bursts, BENCHMARKS.md issue 20: a binding's key stays busy
+    /// (Fewer at once were tried for the bursts at the hub, BENCHMARKS.md: a binding's key stays busy
     /// until its report is done, so a new failure of a binding whose report waited was decided
     /// late.)
     pub async fn run_workers(self: Arc<Self>, workers: usize) {
