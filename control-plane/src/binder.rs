@@ -39,10 +39,10 @@ use crate::handoff::{Decider, Handoff};
 use crate::interpreters::InterpreterHandle;
 use crate::placement::{Placer, Unschedulable};
 use crate::processor::SharedState;
-use crate::queue::WorkQueue;
 use crate::status::condition;
 use crate::templates::{TemplateKey, Templates};
 use crate::work_store::WorkStore;
+use lifeboat_runtime::queue::WorkQueue;
 
 /// Field manager of the binding spec (every spec field the hub decides).
 pub const SPEC_MANAGER: &str = "lifeboat-hub";

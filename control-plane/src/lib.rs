@@ -38,7 +38,6 @@ pub mod manual_reset;
 pub mod placement;
 pub mod processor;
 pub mod prune;
-pub mod queue;
 pub mod recovery;
 pub mod status;
 pub mod template_status;
