@@ -41,13 +41,13 @@ use lifeboat_api::cluster::{
     REASON_NOT_REGISTERED, TAINT_NOT_READY, TAINT_UNREACHABLE,
 };
 use lifeboat_api::quantity::Quantity;
+use lifeboat_runtime::cache::Cache;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::agentapi::auth::CLUSTER_NAME_LABEL;
-use crate::agentapi::spawn_reflector;
 use crate::cluster_removal::ClusterRemoval;
 use crate::leadership::LeaderState;
 
@@ -607,18 +607,24 @@ impl ClusterHealthMonitor {
         if let Some(selector) = &self.config.cluster_selector {
             cluster_watch = cluster_watch.labels(selector);
         }
-        let (clusters, cluster_task) = spawn_reflector(
+        let (clusters, cluster_task) = Cache::new(
             Api::<Cluster>::all(self.client.clone()),
-            cluster_watch,
             "Clusters (cluster health)",
-            Some(wake.clone()),
-        );
-        let (leases, lease_task) = spawn_reflector(
+        )
+        .config(cluster_watch)
+        .spawn({
+            let wake = wake.clone();
+            move |_| wake.notify_one()
+        });
+        let (leases, lease_task) = Cache::new(
             Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace),
-            watcher::Config::default().labels(CLUSTER_NAME_LABEL),
             "cluster Leases",
-            Some(wake.clone()),
-        );
+        )
+        .config(watcher::Config::default().labels(CLUSTER_NAME_LABEL))
+        .spawn({
+            let wake = wake.clone();
+            move |_| wake.notify_one()
+        });
         let _abort = AbortOnDrop(vec![cluster_task, lease_task]);
         let mut removal = ClusterRemoval::new(
             self.client.clone(),

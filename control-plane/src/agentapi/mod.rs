@@ -38,11 +38,12 @@ use axum::routing::{get, post};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource};
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_api::protocol::{self, API_PREFIX};
+use lifeboat_runtime::cache::Cache;
 use ring::rand::SystemRandom;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -191,27 +192,17 @@ impl AgentApi {
                 }
             })
         };
-        let (bootstrap, bootstrap_task) = spawn_reflector(
-            secrets.clone(),
-            watcher::Config::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")),
-            "bootstrap token Secrets",
-            None,
-        );
-        let (fencing, fencing_task) = spawn_reflector(
-            secrets.clone(),
-            watcher::Config::default().fields(&format!(
+        let (bootstrap, bootstrap_task) = Cache::new(secrets.clone(), "bootstrap token Secrets")
+            .config(watcher::Config::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")))
+            .spawn(|_| {});
+        let (fencing, fencing_task) = Cache::new(secrets.clone(), "fencing credential Secrets")
+            .config(watcher::Config::default().fields(&format!(
                 "type={}",
                 lifeboat_api::fencing::CREDENTIAL_SECRET_TYPE
-            )),
-            "fencing credential Secrets",
-            None,
-        );
-        let (clusters, cluster_task) = spawn_reflector(
-            Api::<Cluster>::all(deps.client.clone()),
-            watcher::Config::default(),
-            "Clusters",
-            None,
-        );
+            )))
+            .spawn(|_| {});
+        let (clusters, cluster_task) =
+            Cache::new(Api::<Cluster>::all(deps.client.clone()), "Clusters").spawn(|_| {});
         Ok(AgentApi {
             shared: Arc::new(Shared {
                 config,
@@ -357,44 +348,6 @@ impl Shared {
             .map_err(|e| ApiError::from_kube(&format!("storing Secret {name}"), e))?;
         Ok(())
     }
-}
-
-/// A reflector store fed by a watch in a spawned task (aborted with the returned handle).
-/// `wake`, when given, is notified after each event (for loops that react to changes).
-pub(crate) fn spawn_reflector<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    what: &'static str,
-    wake: Option<Arc<tokio::sync::Notify>>,
-) -> (Store<K>, JoinHandle<()>)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        lifeboat_runtime::watch::backoff(watcher(api, config)),
-    );
-    let task = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(_) => {
-                    if let Some(wake) = &wake {
-                        wake.notify_one();
-                    }
-                }
-                Err(error) => tracing::warn!(%error, "watching {what}"),
-            }
-        }
-    });
-    (store, task)
 }
 
 /// The metric label of a route.
