@@ -42,6 +42,7 @@ use crate::processor::SharedState;
 use crate::status::condition;
 use crate::templates::{TemplateKey, Templates};
 use crate::work_store::WorkStore;
+use lifeboat_runtime::kube_error::KubeError;
 use lifeboat_runtime::queue::WorkQueue;
 
 /// Field manager of the binding spec (every spec field the hub decides).
@@ -52,12 +53,8 @@ pub const SCHEDULER_MANAGER: &str = "lifeboat-hub/scheduler";
 /// Why one reconcile failed. Each has a low-cardinality metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    #[error("kubernetes API ({context}): {source}")]
-    Kube {
-        context: &'static str,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error("kubernetes API ({context}): {0}", context = .0.context())]
+    Kube(#[source] KubeError),
     #[error("the binding changed since it was read; retrying")]
     Conflict,
     #[error("interpreting the template: {0}")]
@@ -73,7 +70,7 @@ pub enum BindError {
 impl BindError {
     pub fn metric_label(&self) -> &'static str {
         match self {
-            BindError::Kube { .. } => "kube",
+            BindError::Kube(e) => e.metric_label(),
             BindError::Conflict => "conflict",
             BindError::Interpret(_) => "interpret",
             BindError::Serialization { .. } => "serialization",
@@ -81,15 +78,11 @@ impl BindError {
     }
 
     fn kube(context: &'static str, source: kube::Error) -> BindError {
-        if let kube::Error::Api(s) = &source
-            && s.code == 409
-        {
+        let error = KubeError::new(context, source);
+        if error.is_conflict() {
             return BindError::Conflict;
         }
-        BindError::Kube {
-            context,
-            source: Box::new(source),
-        }
+        BindError::Kube(error)
     }
 }
 

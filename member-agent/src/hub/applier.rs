@@ -40,6 +40,7 @@ use lifeboat_api::binding::{FIELD_MANAGER, LABEL_BINDING_NAME, LABEL_BINDING_NAM
 use lifeboat_api::policy::PurgeMode;
 use lifeboat_api::protocol::{Work, WorkKey};
 use lifeboat_api::stages;
+use lifeboat_runtime::kube_error::KubeError;
 use lifeboat_runtime::queue::WorkQueue;
 use tracing::Instrument;
 
@@ -114,29 +115,22 @@ pub enum ApplyError {
     Invalid(#[from] ManifestError),
     #[error("{api_version} {kind} is not served by the member's API server")]
     UnknownKind { api_version: String, kind: String },
-    #[error("{context}: {source}")]
-    Kube {
-        context: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("{context}: {0}", context = .0.context())]
+    Kube(#[source] KubeError),
 }
 
 impl ApplyError {
     fn kube(context: impl Into<String>, source: kube::Error) -> Self {
-        ApplyError::Kube {
-            context: context.into(),
-            source,
-        }
+        ApplyError::Kube(KubeError::new(context.into(), source))
     }
 
     /// The message reported to the hub (`appliedMessage`).
     pub fn message(&self) -> String {
         match self {
-            ApplyError::Kube {
-                context,
-                source: kube::Error::Api(s),
-            } => refusal(context, s),
+            ApplyError::Kube(e) => match e.status() {
+                Some(status) => refusal(e.context(), status),
+                None => self.to_string(),
+            },
             other => other.to_string(),
         }
     }
