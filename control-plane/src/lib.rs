@@ -30,7 +30,6 @@ pub mod leadership;
 pub mod ledger;
 pub mod names;
 pub mod process;
-pub mod reflector;
 pub mod status;
 #[cfg(test)]
 mod test_metrics;

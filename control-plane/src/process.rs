@@ -12,17 +12,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
-use kube::runtime::{WatchStreamExt, reflector::Lookup};
 use lifeboat_api::binding::ResourceBinding;
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::config::ResourceInterpreterCustomization;
 use lifeboat_api::policy::{ClusterPropagationPolicy, PropagationPolicy};
 use lifeboat_interpreter::{Runtime, RuntimeConfig};
+use lifeboat_runtime::cache::Cache;
 use lifeboat_runtime::leader::{LeaderElector, Leadership, LeaseConfig};
 use lifeboat_runtime::readiness::{Readiness, WatchSync};
 use lifeboat_scheduler::SchedulerConfig;
@@ -159,8 +158,8 @@ fn new_epoch() -> String {
     format!("{nanos:x}-{:x}", std::process::id())
 }
 
-/// A watch-fed cache. `on_event` sees each event after the cache took it; `sync` is marked at
-/// the end of the first list.
+/// A watch-fed cache without managed fields. `on_event` sees each event after the cache took
+/// it; `sync` is marked at the end of the first list.
 fn cache<K>(
     api: Api<K>,
     sync: WatchSync,
@@ -168,7 +167,6 @@ fn cache<K>(
 ) -> Store<K>
 where
     K: kube::Resource<DynamicType = ()>
-        + Lookup<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
@@ -176,30 +174,11 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector::reflector(
-        writer,
-        lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()))
-            .modify(|o| o.meta_mut().managed_fields = None),
-    );
-    tokio::spawn(async move {
-        let mut sync = Some(sync);
-        let mut stream = std::pin::pin!(stream);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(event) => {
-                    if matches!(event, watcher::Event::InitDone)
-                        && let Some(s) = sync.take()
-                    {
-                        s.synced();
-                    }
-                    on_event(&event);
-                }
-                Err(error) => tracing::warn!(%error, "hub watch error; retrying"),
-            }
-        }
-    });
-    store
+    Cache::new(api, K::plural(&()).into_owned())
+        .without_managed_fields()
+        .report_sync(sync)
+        .spawn(on_event)
+        .0
 }
 
 /// Creates the hub namespace when absent.

@@ -26,10 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("interpreters", &["interpreters"]),
     ("work", &["work"]),
     ("ledger", &["ledger"]),
-    (
-        "shared",
-        &["leadership", "names", "reflector", "test_metrics"],
-    ),
+    ("shared", &["leadership", "names", "test_metrics"]),
 ];
 
 /// Sources whose arrows are not checked, with why.

@@ -2,6 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
+use lifeboat_runtime::kube_error::KubeError;
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
@@ -42,12 +44,8 @@ pub enum Error {
     },
     #[error("no free loopback port: {0}")]
     Port(std::io::Error),
-    #[error("kubernetes API call ({context}): {source}")]
-    Kube {
-        context: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error("kubernetes API call ({context}): {0}", context = .0.context())]
+    Kube(#[source] KubeError),
     #[error("kubeconfig {path}: {reason}")]
     Kubeconfig { path: PathBuf, reason: String },
     #[error("fleet state {path}: {reason}")]
@@ -75,9 +73,6 @@ impl Error {
     }
 
     pub fn kube(context: impl Into<String>, source: kube::Error) -> Self {
-        Error::Kube {
-            context: context.into(),
-            source: Box::new(source),
-        }
+        Error::Kube(KubeError::new(context.into(), source))
     }
 }

@@ -43,13 +43,13 @@ use kube::runtime::watcher;
 use kube::{Api, Resource};
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_api::protocol::{self, API_PREFIX};
+use lifeboat_runtime::cache::Cache;
 use ring::rand::SystemRandom;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::leadership::LeaderState;
-use crate::reflector::spawn_reflector;
 use crate::status::intake::StatusIntake;
 use crate::work::store::WorkStore;
 use auth::{BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE, CredentialIndex, TokenHash};
@@ -192,27 +192,17 @@ impl AgentApi {
                 }
             })
         };
-        let (bootstrap, bootstrap_task) = spawn_reflector(
-            secrets.clone(),
-            watcher::Config::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")),
-            "bootstrap token Secrets",
-            None,
-        );
-        let (fencing, fencing_task) = spawn_reflector(
-            secrets.clone(),
-            watcher::Config::default().fields(&format!(
+        let (bootstrap, bootstrap_task) = Cache::new(secrets.clone(), "bootstrap token Secrets")
+            .config(watcher::Config::default().fields(&format!("type={BOOTSTRAP_TOKEN_TYPE}")))
+            .spawn(|_| {});
+        let (fencing, fencing_task) = Cache::new(secrets.clone(), "fencing credential Secrets")
+            .config(watcher::Config::default().fields(&format!(
                 "type={}",
                 lifeboat_api::fencing::CREDENTIAL_SECRET_TYPE
-            )),
-            "fencing credential Secrets",
-            None,
-        );
-        let (clusters, cluster_task) = spawn_reflector(
-            Api::<Cluster>::all(deps.client.clone()),
-            watcher::Config::default(),
-            "Clusters",
-            None,
-        );
+            )))
+            .spawn(|_| {});
+        let (clusters, cluster_task) =
+            Cache::new(Api::<Cluster>::all(deps.client.clone()), "Clusters").spawn(|_| {});
         Ok(AgentApi {
             shared: Arc::new(Shared {
                 config,

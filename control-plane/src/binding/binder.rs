@@ -31,7 +31,6 @@ use tracing::Instrument;
 
 use crate::binding::detector::{self, Replicas, TemplateKind, TemplateMeta};
 use crate::binding::placement::{Placer, Unschedulable};
-use crate::binding::queue::WorkQueue;
 use crate::binding::templates::{TemplateKey, Templates};
 use crate::failover::fencer::{FenceHandle, FenceRequest};
 use crate::failover::phase::{self, EvictionRateLimiter};
@@ -43,6 +42,8 @@ use crate::status::handoff::{Decider, Handoff};
 use crate::status::processor::SharedState;
 use crate::work::dispatch;
 use crate::work::store::WorkStore;
+use lifeboat_runtime::kube_error::KubeError;
+use lifeboat_runtime::queue::WorkQueue;
 
 mod apply;
 mod metrics;
@@ -61,12 +62,8 @@ pub const SCHEDULER_MANAGER: &str = "lifeboat-hub/scheduler";
 /// Why one reconcile failed. Each has a low-cardinality metric label.
 #[derive(Debug, thiserror::Error)]
 pub enum BindError {
-    #[error("kubernetes API ({context}): {source}")]
-    Kube {
-        context: &'static str,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error("kubernetes API ({context}): {0}", context = .0.context())]
+    Kube(#[source] KubeError),
     #[error("the binding changed since it was read; retrying")]
     Conflict,
     #[error("interpreting the template: {0}")]
@@ -82,7 +79,7 @@ pub enum BindError {
 impl BindError {
     pub fn metric_label(&self) -> &'static str {
         match self {
-            BindError::Kube { .. } => "kube",
+            BindError::Kube(e) => e.metric_label(),
             BindError::Conflict => "conflict",
             BindError::Interpret(_) => "interpret",
             BindError::Serialization { .. } => "serialization",
@@ -90,15 +87,11 @@ impl BindError {
     }
 
     fn kube(context: &'static str, source: kube::Error) -> BindError {
-        if let kube::Error::Api(s) = &source
-            && s.code == 409
-        {
+        let error = KubeError::new(context, source);
+        if error.is_conflict() {
             return BindError::Conflict;
         }
-        BindError::Kube {
-            context,
-            source: Box::new(source),
-        }
+        BindError::Kube(error)
     }
 }
 

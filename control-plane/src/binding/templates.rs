@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::StreamExt;
+use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::core::GroupVersionKind;
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Resource, ResourceExt};
+use kube::runtime::watcher;
+use lifeboat_runtime::cache::Cache;
 use tokio::sync::watch;
 
 use crate::binding::detector::{TEMPLATE_KINDS, TemplateKind};
@@ -256,41 +256,32 @@ fn start_watch(
         .insert(kind.kind, Watched { resource, store });
     tracing::info!(kind = kind.kind, "watching templates");
     // A watch resumes within a second of its apiserver's return (`lifeboat_runtime::watch`).
-    let stream = lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()))
-        // The hub never needs who wrote which field: managed fields would double the cache.
-        .modify(|o| o.meta_mut().managed_fields = None);
-    tokio::spawn(async move {
-        let mut listed = false;
-        let mut seen: HashMap<TemplateKey, u64> = HashMap::new();
-        let mut events = std::pin::pin!(reflector::reflector(writer, stream));
-        while let Some(event) = events.next().await {
-            match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
-                    let key = key_of(kind, &o);
-                    let view = binder_view(&o);
-                    if seen.insert(key.clone(), view) != Some(view) {
-                        changed(key);
-                    }
-                }
-                Ok(watcher::Event::Delete(o)) => {
-                    let key = key_of(kind, &o);
-                    seen.remove(&key);
-                    changed(key);
-                }
-                Ok(watcher::Event::InitDone) => {
-                    if !listed {
-                        listed = true;
-                        synced.send_modify(|s| s.listed += 1);
-                    }
-                }
-                // A re-list: every template is handed on again.
-                Ok(watcher::Event::Init) => seen.clear(),
-                Err(e) => {
-                    tracing::warn!(kind = kind.kind, error = %e, "template watch error; retrying")
-                }
+    // The hub never needs who wrote which field: managed fields would double the cache.
+    let cache = Cache::with_writer(api, kind.kind, writer).without_managed_fields();
+    let mut listed = false;
+    let mut seen: HashMap<TemplateKey, u64> = HashMap::new();
+    tokio::spawn(cache.run(move |event| match event {
+        watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+            let key = key_of(kind, o);
+            let view = binder_view(o);
+            if seen.insert(key.clone(), view) != Some(view) {
+                changed(key);
             }
         }
-    });
+        watcher::Event::Delete(o) => {
+            let key = key_of(kind, o);
+            seen.remove(&key);
+            changed(key);
+        }
+        watcher::Event::InitDone => {
+            if !listed {
+                listed = true;
+                synced.send_modify(|s| s.listed += 1);
+            }
+        }
+        // A re-list: every template is handed on again.
+        watcher::Event::Init => seen.clear(),
+    }));
 }
 
 #[cfg(test)]

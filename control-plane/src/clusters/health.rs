@@ -41,6 +41,7 @@ use lifeboat_api::cluster::{
     REASON_NOT_REGISTERED, TAINT_NOT_READY, TAINT_UNREACHABLE,
 };
 use lifeboat_api::quantity::Quantity;
+use lifeboat_runtime::cache::Cache;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::time::Instant;
@@ -49,7 +50,6 @@ use tracing::Instrument;
 use crate::clusters::removal::ClusterRemoval;
 use crate::leadership::LeaderState;
 use crate::names::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, CLUSTER_NAME_LABEL, lease_name};
-use crate::reflector::spawn_reflector;
 
 mod fleet;
 mod monitor;

@@ -10,6 +10,7 @@
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use lifeboat_api::binding::{ANNOTATION_RESET_REQUEST, ResourceBinding};
+use lifeboat_runtime::kube_error::KubeError;
 
 /// Why a manual reset cannot be asked.
 #[derive(Debug, thiserror::Error)]
@@ -38,12 +39,11 @@ pub enum ManualResetError {
         cluster: String,
         choices: Vec<String>,
     },
-    #[error("ResourceBinding {binding}: {context}: {source}")]
+    #[error("ResourceBinding {binding}: {context}: {source}", context = .source.context())]
     Kube {
         binding: String,
-        context: &'static str,
         #[source]
-        source: kube::Error,
+        source: KubeError,
     },
     #[error("no random numbers for the request's nonce")]
     Random,
@@ -105,8 +105,7 @@ pub async fn request(
         let binding = label.clone();
         move |source| ManualResetError::Kube {
             binding,
-            context,
-            source,
+            source: KubeError::new(context, source),
         }
     };
     let api: Api<ResourceBinding> = Api::namespaced(client.clone(), namespace);

@@ -88,9 +88,7 @@ impl<'a> Writer<'a> {
         }
         match self.patch_metadata(finalizers).await {
             // Already gone: nothing left to release.
-            Err(Error::Kube { source, .. }) if matches!(*source, kube::Error::Api(ref s) if s.code == 404) => {
-                Ok(())
-            }
+            Err(Error::Kube(e)) if e.code() == Some(404) => Ok(()),
             other => other,
         }
     }

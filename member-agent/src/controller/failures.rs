@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 use lifeboat_api::appwrapper::AppWrapper;
+use lifeboat_runtime::kube_error::KubeError;
 
 use super::apply::truncate;
 use super::{Context, Error};
@@ -57,10 +58,12 @@ pub fn error_chain(error: &(dyn StdError + 'static)) -> String {
 }
 
 fn describe(error: &(dyn StdError + 'static)) -> String {
-    // Sources are often boxed: `Box<E>` is an error of its own type.
+    // Sources are often boxed: `Box<E>` is an error of its own type. A `KubeError` stands for
+    // the `kube::Error` it holds.
     let kube_error = error
         .downcast_ref::<kube::Error>()
-        .or_else(|| error.downcast_ref::<Box<kube::Error>>().map(|b| b.as_ref()));
+        .or_else(|| error.downcast_ref::<Box<kube::Error>>().map(|b| b.as_ref()))
+        .or_else(|| error.downcast_ref::<KubeError>().map(KubeError::kube));
     let status = match kube_error {
         Some(kube::Error::Api(status)) => Some(status.as_ref()),
         _ => error.downcast_ref::<kube::core::Status>().or_else(|| {
@@ -218,10 +221,10 @@ mod tests {
             "Conflict",
         )
         .with_code(409);
-        let kube_error = Error::Kube {
-            context: "write status".into(),
-            source: Box::new(kube::Error::Api(status.boxed())),
-        };
+        let kube_error = Error::Kube(KubeError::new(
+            "write status",
+            kube::Error::Api(status.boxed()),
+        ));
         assert_eq!(
             error_chain(&kube_error),
             "kubernetes API (write status): the object has been modified; please apply your \
@@ -306,14 +309,14 @@ mod tests {
             "metadata": {"name": "train", "namespace": "team", "uid": "uid-1"},
             "spec": {"components": []}}))
         .expect("an AppWrapper");
-        let failed: Result<Action, Error> = Err(Error::Kube {
-            context: "list pods of train".into(),
-            source: Box::new(kube::Error::Api(
+        let failed: Result<Action, Error> = Err(Error::Kube(KubeError::new(
+            "list pods of train",
+            kube::Error::Api(
                 kube::core::Status::failure("etcdserver: request timed out", "InternalError")
                     .with_code(500)
                     .boxed(),
-            )),
-        });
+            ),
+        )));
         let first = record(&aw, &failed, &ctx);
         let server_side = async {
             let call = server.next().await.expect(

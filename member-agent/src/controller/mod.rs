@@ -26,6 +26,7 @@ use kube::{Resource, ResourceExt};
 use lifeboat_api::appwrapper::constants::FINALIZER;
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase as Phase};
 use lifeboat_api::stages;
+use lifeboat_runtime::kube_error::KubeError;
 use lifeboat_runtime::leader::Leadership;
 use lifeboat_runtime::readiness::Readiness;
 use tracing::Instrument;
@@ -42,12 +43,8 @@ use watches::ComponentWatches;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The source is said by the error chain (`failures::error_chain`), not by this text.
-    #[error("kubernetes API ({context})")]
-    Kube {
-        context: String,
-        #[source]
-        source: Box<kube::Error>,
-    },
+    #[error("kubernetes API ({context})", context = .0.context())]
+    Kube(#[source] KubeError),
     #[error("the AppWrapper changed since it was read; retrying")]
     Conflict,
     #[error("discovery: {0}")]
@@ -63,7 +60,7 @@ pub enum Error {
 impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
-            Error::Kube { .. } => "kube",
+            Error::Kube(e) => e.metric_label(),
             Error::Conflict => "conflict",
             Error::Discovery(_) => "discovery",
             Error::Serialization { .. } => "serialization",
@@ -71,15 +68,11 @@ impl Error {
     }
 
     fn kube(context: impl Into<String>, source: kube::Error) -> Self {
-        if let kube::Error::Api(s) = &source
-            && s.code == 409
-        {
+        let error = KubeError::new(context.into(), source);
+        if error.is_conflict() {
             return Error::Conflict;
         }
-        Error::Kube {
-            context: context.into(),
-            source: Box::new(source),
-        }
+        Error::Kube(error)
     }
 }
 

@@ -13,10 +13,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::appwrapper::constants::APPWRAPPER_LABEL;
 use lifeboat_api::stages;
+use lifeboat_runtime::cache::Cache;
 use lifeboat_runtime::readiness::{Readiness, WatchSync};
 use tokio::task::AbortHandle;
 
@@ -129,23 +130,16 @@ pub async fn watch_appwrappers(
     sync: WatchSync,
 ) {
     let api: Api<AppWrapper> = Api::all(client);
-    let stream = lifeboat_runtime::watch::backoff(watcher(api, watcher::Config::default()))
-        .modify(|aw| aw.managed_fields_mut().clear())
-        .reflect(writer);
-    let mut stream = std::pin::pin!(stream);
-    while let Some(event) = stream.next().await {
-        match event {
-            Ok(watcher::Event::Apply(aw) | watcher::Event::InitApply(aw)) => {
+    Cache::with_writer(api, "appwrappers", writer)
+        .without_managed_fields()
+        .report_sync(sync)
+        .run(|event| {
+            if let watcher::Event::Apply(aw) | watcher::Event::InitApply(aw) = event {
                 let key = AwKey::new(aw.namespace().unwrap_or_default(), aw.name_any());
                 trigger(&tx, [key]);
             }
-            Ok(watcher::Event::InitDone) => sync.synced(),
-            Ok(watcher::Event::Init | watcher::Event::Delete(_)) => {}
-            Err(e) => {
-                tracing::warn!(watch = "appwrappers", error = %e, "watch error; retrying with backoff")
-            }
-        }
-    }
+        })
+        .await;
 }
 
 /// Watches the AppWrapper-labelled pods of the cluster.

@@ -24,7 +24,7 @@
 //! same work at once); a failed apply is reported to the hub (`applied: false` with the error)
 //! and retried with backoff; an invalid manifest is reported and not retried.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -40,8 +40,8 @@ use lifeboat_api::binding::{FIELD_MANAGER, LABEL_BINDING_NAME, LABEL_BINDING_NAM
 use lifeboat_api::policy::PurgeMode;
 use lifeboat_api::protocol::{Work, WorkKey};
 use lifeboat_api::stages;
-use tokio::sync::mpsc;
-use tokio_util::time::DelayQueue;
+use lifeboat_runtime::kube_error::KubeError;
+use lifeboat_runtime::queue::WorkQueue;
 use tracing::Instrument;
 
 use super::backoff::Backoff;
@@ -115,29 +115,22 @@ pub enum ApplyError {
     Invalid(#[from] ManifestError),
     #[error("{api_version} {kind} is not served by the member's API server")]
     UnknownKind { api_version: String, kind: String },
-    #[error("{context}: {source}")]
-    Kube {
-        context: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("{context}: {0}", context = .0.context())]
+    Kube(#[source] KubeError),
 }
 
 impl ApplyError {
     fn kube(context: impl Into<String>, source: kube::Error) -> Self {
-        ApplyError::Kube {
-            context: context.into(),
-            source,
-        }
+        ApplyError::Kube(KubeError::new(context.into(), source))
     }
 
     /// The message reported to the hub (`appliedMessage`).
     pub fn message(&self) -> String {
         match self {
-            ApplyError::Kube {
-                context,
-                source: kube::Error::Api(s),
-            } => refusal(context, s),
+            ApplyError::Kube(e) => match e.status() {
+                Some(status) => refusal(e.context(), status),
+                None => self.to_string(),
+            },
             other => other.to_string(),
         }
     }
@@ -256,7 +249,7 @@ pub struct Applier {
     /// While it holds, `Directly` works are applied suspended (or deleted).
     fence: Arc<Fence>,
     slots: Mutex<HashMap<WorkKey, Slot>>,
-    queue: mpsc::UnboundedSender<WorkKey>,
+    queue: Queue,
 }
 
 /// Whether a fence suspends the work: its purge mode is `Directly` (never two copies).
@@ -264,8 +257,9 @@ fn fenceable(work: &Work) -> bool {
     work.purge_mode == Some(PurgeMode::Directly)
 }
 
-/// Works waiting for the worker.
-pub type Queue = mpsc::UnboundedReceiver<WorkKey>;
+/// Works waiting for the worker: each at most once, never applied twice at once, a retry due at
+/// its earliest time and cancelled by a new add (`lifeboat_runtime::queue`).
+pub type Queue = WorkQueue<WorkKey>;
 
 /// The object a work's manifest names, resolved.
 struct Target {
@@ -332,7 +326,8 @@ impl Applier {
             max_backoff,
             fence,
         } = parts;
-        let (queue, rx) = mpsc::unbounded_channel();
+        let queue = Queue::new();
+        let rx = queue.clone();
         (
             Arc::new_cyclic(|me: &std::sync::Weak<Applier>| {
                 let me = me.clone();
@@ -370,7 +365,7 @@ impl Applier {
             .get(&key)
             .is_some_and(|s| s.desired.is_none() && s.confirm.is_some());
         if awaited {
-            let _ = self.queue.send(key);
+            self.queue.add(key);
         }
     }
 
@@ -399,7 +394,7 @@ impl Applier {
             slot.backoff.reset();
         }
         self.metrics.work_items.set(self.len() as i64);
-        let _ = self.queue.send(key);
+        self.queue.add(key);
     }
 
     /// The work is no longer assigned: its object goes. With `confirm` (the binding UID) the hub
@@ -429,7 +424,7 @@ impl Applier {
         };
         self.metrics.work_items.set(self.len() as i64);
         if known {
-            let _ = self.queue.send(key.clone());
+            self.queue.add(key.clone());
         }
     }
 
@@ -473,7 +468,7 @@ impl Applier {
             if let Some(slot) = self.lock().get_mut(key) {
                 slot.backoff.reset();
             }
-            let _ = self.queue.send(key.clone());
+            self.queue.add(key.clone());
         }
         keys.len()
     }
@@ -484,59 +479,24 @@ impl Applier {
 
     /// Applies queued works, `concurrency` at a time, retrying failures with backoff, until
     /// dropped.
-    pub async fn run(self: Arc<Self>, mut queue: Queue, concurrency: usize) {
-        let mut waiting: VecDeque<WorkKey> = VecDeque::new();
-        let mut queued: HashSet<WorkKey> = HashSet::new();
-        let mut in_flight: HashSet<WorkKey> = HashSet::new();
-        let mut again: HashSet<WorkKey> = HashSet::new();
-        let mut retries: DelayQueue<WorkKey> = DelayQueue::new();
-        let mut retry_keys: HashMap<WorkKey, tokio_util::time::delay_queue::Key> = HashMap::new();
+    pub async fn run(self: Arc<Self>, queue: Queue, concurrency: usize) {
         let mut running = FuturesUnordered::new();
         loop {
-            while running.len() < concurrency.max(1) {
-                let Some(key) = waiting.pop_front() else {
-                    break;
-                };
-                queued.remove(&key);
-                if in_flight.contains(&key) {
-                    again.insert(key);
-                    continue;
-                }
-                in_flight.insert(key.clone());
-                let this = self.clone();
-                running.push(async move {
-                    let outcome = this.reconcile(&key).await;
-                    (key, outcome)
-                });
-            }
-            let mut enqueue = |key: WorkKey,
-                               retry_keys: &mut HashMap<_, _>,
-                               retries: &mut DelayQueue<WorkKey>| {
-                if let Some(timer) = retry_keys.remove(&key) {
-                    retries.remove(&timer);
-                }
-                if queued.insert(key.clone()) {
-                    waiting.push_back(key);
-                }
-            };
             tokio::select! {
-                received = queue.recv() => match received {
-                    Some(key) => enqueue(key, &mut retry_keys, &mut retries),
-                    None => break,
-                },
-                Some((key, outcome)) = running.next(), if !running.is_empty() => {
-                    in_flight.remove(&key);
-                    if again.remove(&key) {
-                        enqueue(key, &mut retry_keys, &mut retries);
-                    } else if let Outcome::Retry(after) = outcome {
-                        let timer = retries.insert(key.clone(), after);
-                        retry_keys.insert(key, timer);
-                    }
+                next = queue.next(), if running.len() < concurrency.max(1) => {
+                    let Some(key) = next else { break };
+                    let this = self.clone();
+                    running.push(async move {
+                        let outcome = this.reconcile(&key).await;
+                        (key, outcome)
+                    });
                 }
-                Some(expired) = retries.next(), if !retries.is_empty() => {
-                    let key = expired.into_inner();
-                    retry_keys.remove(&key);
-                    enqueue(key, &mut retry_keys, &mut retries);
+                Some((key, outcome)) = running.next(), if !running.is_empty() => {
+                    // Added meanwhile: applied again at once, the retry dropped.
+                    if let Outcome::Retry(after) = outcome {
+                        queue.add_after(key.clone(), after);
+                    }
+                    queue.done(&key);
                 }
             }
         }

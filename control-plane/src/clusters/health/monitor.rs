@@ -79,18 +79,24 @@ impl ClusterHealthMonitor {
         if let Some(selector) = &self.config.cluster_selector {
             cluster_watch = cluster_watch.labels(selector);
         }
-        let (clusters, cluster_task) = spawn_reflector(
+        let (clusters, cluster_task) = Cache::new(
             Api::<Cluster>::all(self.client.clone()),
-            cluster_watch,
             "Clusters (cluster health)",
-            Some(wake.clone()),
-        );
-        let (leases, lease_task) = spawn_reflector(
+        )
+        .config(cluster_watch)
+        .spawn({
+            let wake = wake.clone();
+            move |_| wake.notify_one()
+        });
+        let (leases, lease_task) = Cache::new(
             Api::<Lease>::namespaced(self.client.clone(), &self.config.namespace),
-            watcher::Config::default().labels(CLUSTER_NAME_LABEL),
             "cluster Leases",
-            Some(wake.clone()),
-        );
+        )
+        .config(watcher::Config::default().labels(CLUSTER_NAME_LABEL))
+        .spawn({
+            let wake = wake.clone();
+            move |_| wake.notify_one()
+        });
         let _abort = AbortOnDrop(vec![cluster_task, lease_task]);
         let mut removal = ClusterRemoval::new(
             self.client.clone(),

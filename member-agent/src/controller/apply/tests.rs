@@ -152,7 +152,7 @@ async fn other_write_failures_keep_their_context() {
     };
     let (result, ()) = tokio::join!(write, server);
     match result {
-        Err(Error::Kube { context, .. }) => assert_eq!(context, "update finalizers"),
+        Err(Error::Kube(e)) => assert_eq!(e.context(), "update finalizers"),
         other => panic!("expected a Kube error, got {other:?}"),
     }
 }
