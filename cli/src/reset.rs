@@ -1,7 +1,7 @@
 //! `lifeboatctl reset NAMESPACE/BINDING [--cluster C]`: asks the hub for one in-place reset of a
 //! ResourceBinding's workload (its cluster's agent deletes and recreates it), by setting the
 //! binding's `work.lifeboat.dev/reset-request` annotation to a fresh value
-//! (`lifeboat_hub::manual_reset`). Without `--cluster`, the binding's single placement; a
+//! (`lifeboat_api::reset`). Without `--cluster`, the binding's single placement; a
 //! binding placed on several clusters is refused with their names.
 
 use std::process::ExitCode;
@@ -39,8 +39,7 @@ pub fn run(args: ResetArgs) -> anyhow::Result<ExitCode> {
     let asked = runtime.block_on(async {
         let client = hub_client(&args.hub).await?;
         let asked =
-            lifeboat_hub::manual_reset::request(&client, namespace, name, args.cluster.as_deref())
-                .await?;
+            lifeboat_api::reset::request(&client, namespace, name, args.cluster.as_deref()).await?;
         anyhow::Ok(asked)
     })?;
     println!(

@@ -40,6 +40,8 @@ use lifeboat_api::cluster::{
     REASON_CLUSTER_READY, REASON_LEASE_EXPIRED, REASON_MEMBER_API_UNREACHABLE,
     REASON_NOT_REGISTERED, TAINT_NOT_READY, TAINT_UNREACHABLE,
 };
+// The Lease names and annotations are the contract with the agent API's heartbeat: lifeboat-api.
+pub use lifeboat_api::cluster::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
 use lifeboat_api::quantity::Quantity;
 use prometheus::{IntGaugeVec, Opts, Registry};
 use tokio::sync::{Notify, broadcast, watch};
@@ -61,18 +63,8 @@ pub const EVENT_NOT_READY: &str = "ClusterNotReady";
 pub const TAINT_EFFECT: &str = "NoSchedule";
 /// The taints this monitor owns.
 const MONITOR_TAINTS: [&str; 2] = [TAINT_UNREACHABLE, TAINT_NOT_READY];
-/// Annotation on a cluster's Lease while its agent reports that the member's kube-apiserver has
-/// not answered it: since when (RFC 3339, the hub's clock). Every heartbeat writes the Lease
-/// (server-side apply): one that says so sets it, one that does not removes it.
-pub const ANNOTATION_MEMBER_API_UNREACHABLE_SINCE: &str =
-    "cluster.lifeboat.dev/member-api-unreachable-since";
 /// After a write, how long the monitor trusts it over a Cluster cache that does not show it yet.
 const WRITE_SETTLE: Duration = Duration::from_secs(5);
-
-/// Name of cluster `cluster`'s Lease in the hub namespace.
-pub fn lease_name(cluster: &str) -> String {
-    format!("cluster-{cluster}")
-}
 
 /// Settings of the monitor.
 #[derive(Debug, Clone)]

@@ -15,7 +15,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
-use lifeboat_api::binding::ResourceBinding;
+use lifeboat_api::binding::{EVICTION_APPLICATION_FAILURE, ResourceBinding};
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::fleet::lifeboat::{
     HUB_LEASE, apply_propagation_policy, appwrapper_resource, cluster_ready, has_unreachable_taint,
@@ -528,7 +528,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
         .collect();
     assert_eq!(
         evictions,
-        [(&placed, &"ApplicationFailure".to_string())],
+        [(&placed, &EVICTION_APPLICATION_FAILURE.to_string())],
         "exactly one eviction, from {placed}"
     );
     // One copy, the same object as soon as it ran (never created twice).
