@@ -35,7 +35,7 @@ use lifeboat_api::health::FailureClass;
 use lifeboat_api::reset::{self as manual_reset, ManualResetError};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::wait;
-use lifeboat_hub::ledger::{EventKind, Ledger};
+use lifeboat_ledger::{EventKind, Ledger};
 use serde_json::{Value, json};
 use support::hub::{
     binding_of, install_operator_crd, member_api, placement, start_hub_with, tempfile_dir,

@@ -13,8 +13,8 @@ use lifeboat_api::protocol::{Work, WorkKey};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::event::{BindingRef, EventKind, LedgerEvent};
-use super::writer::LedgerWriter;
+use super::LedgerWriter;
+use super::{BindingRef, EventKind, LedgerEvent};
 use crate::clusters::{ClusterHealth, ReadinessTransition};
 use crate::failover::AppliedReset;
 use crate::leadership::LeaderState;
