@@ -19,7 +19,7 @@ help:
 	@echo "             agent per member, place a GPU AppWrapper from the hub, run it through a failure and its"
 	@echo "             reset, keep running until Ctrl-C"
 	@echo "make test    format and lint checks, unit tests, conformance, e2e tests on the local fleet"
-	@echo "make ledger  the hub's ledger tests on SQLite and a throwaway PostgreSQL (part of make test)"
+	@echo "make ledger  the event ledger's tests (crate lifeboat-ledger) on SQLite and a throwaway PostgreSQL (part of make test)"
 	@echo "make k8s-bins  build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (cached)"
 	@echo "make tools   build helm and promtool and fetch the Prometheus Operator and cert-manager CRDs (pinned,"
 	@echo "             cached beside the k8s binaries) for the chart tests"
@@ -82,12 +82,12 @@ unit:
 	$(CARGO) run -q -p lifeboatctl -- interpret test $(LIFEBOAT_SHARED_DIR)/testdata/karmada-interpreter
 	$(CARGO) run -q -p lifeboatctl -- interpret test --strict interpreter-scripts
 
-# The hub's event ledger on both databases: SQLite (temporary files) and PostgreSQL.
+# The event ledger (crate lifeboat-ledger) on both databases: SQLite (temporary files) and PostgreSQL.
 # scripts/postgres.sh uses LIFEBOAT_TEST_DATABASE_URL when set; otherwise it starts a throwaway
 # server (installing Debian's postgresql package when absent) and stops and removes it afterwards.
 .PHONY: ledger
 ledger:
-	bash scripts/postgres.sh $(CARGO) test -p lifeboat-hub --test ledger
+	bash scripts/postgres.sh $(CARGO) test -p lifeboat-ledger --test ledger
 
 # End-to-end tests: each test binary starts its own fleet of real control planes. The suites
 # that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs) start the
@@ -124,7 +124,7 @@ bench: k8s-bins
 	$(CARGO) bench -p lifeboat-hub --bench agent_api -- --runs 3 --processor
 # The ledger on SQLite and on a throwaway PostgreSQL that scripts/postgres.sh starts (or the
 # server in LIFEBOAT_TEST_DATABASE_URL); without the script only SQLite is measured.
-	bash scripts/postgres.sh $(CARGO) bench -p lifeboat-hub --bench ledger
+	bash scripts/postgres.sh $(CARGO) bench -p lifeboat-ledger --bench ledger
 # The hub end to end on a fleet: 1,000 AppWrappers to bindings Scheduled=True with 100 simulated
 # agents, then the hub's memory at 10,000 bindings on 10 clusters.
 	$(CARGO) bench -p lifeboat-hub --bench hub_e2e -- --runs 3

@@ -8,7 +8,7 @@
 //! `firstObservedAt`, `lastHealthyTime`, the failure class, and the eviction history with expiry.
 //! Field names follow Karmada's `work.karmada.io/v1alpha2` where Karmada has them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{NodeSelector, Toleration};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
@@ -59,6 +59,8 @@ pub const BLOCKED_NO_OTHER_CLUSTER_FITS: &str = "NoOtherClusterFits";
 pub const BLOCKED_NEVER_HEALTHY: &str = "NeverHealthy";
 /// `FailoverBlocked`: purgeMode Never keeps the old copy until `lifeboatctl confirm-purge`.
 pub const BLOCKED_WAITING_FOR_PURGE_CONFIRMATION: &str = "WaitingForPurgeConfirmation";
+/// Reason of `FailoverBlocked=False` once nothing blocks a failover any more.
+pub const BLOCKED_NOT_BLOCKED: &str = "NotBlocked";
 /// Every reason of `FailoverBlocked=True` (an Application failure the policy does not move and an
 /// in-place reset that timed out without application failover use their eviction reasons).
 pub const FAILOVER_BLOCKED_REASONS: [&str; 7] = [
@@ -102,6 +104,24 @@ pub const ANNOTATION_TEMPLATE_GENERATION: &str = "resourcetemplate.lifeboat.dev/
 pub const LABEL_POLICY_NAME: &str = "policy.lifeboat.dev/name";
 /// The field manager for everything the hub and agents apply.
 pub const FIELD_MANAGER: &str = "lifeboat";
+
+/// The clusters whose old copy a human confirmed may go (`lifeboatctl confirm-purge`: the
+/// comma-separated [`ANNOTATION_CONFIRM_PURGE`]).
+pub fn confirmed_purges(binding: &ResourceBinding) -> BTreeSet<String> {
+    binding
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_CONFIRM_PURGE))
+        .map(|v| {
+            v.split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
 
 /// How many eviction history entries a binding keeps (oldest expired ones are dropped first).
 pub const MAX_EVICTION_HISTORY: usize = 32;
@@ -694,6 +714,20 @@ impl ResourceBinding {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn confirmed_purges_come_from_the_annotation() {
+        let b: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "w", "namespace": "ns",
+                         "annotations": {ANNOTATION_CONFIRM_PURGE: "a, b,,"}},
+            "spec": {"resource": {"apiVersion": "v1", "kind": "Job", "name": "w"}}
+        }))
+        .unwrap();
+        let expected: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
+        assert_eq!(confirmed_purges(&b), expected);
+        assert!(confirmed_purges(&ResourceBinding::new("w", Default::default())).is_empty());
+    }
 
     #[test]
     fn names_follow_karmada() {

@@ -36,6 +36,20 @@ pub const TAINT_NOT_READY: &str = "cluster.lifeboat.dev/not-ready";
 
 /// Namespace on the hub that holds the agents' leases and credentials.
 pub const HUB_SYSTEM_NAMESPACE: &str = "lifeboat-system";
+/// The hub's own leader-election Lease (in its namespace unless a flag names another).
+pub const HUB_LEASE_NAME: &str = "lifeboat-hub";
+/// Label naming the cluster a credential (or Lease) belongs to.
+pub const CLUSTER_NAME_LABEL: &str = "cluster.lifeboat.dev/name";
+/// Annotation on a cluster's Lease while its agent reports that the member's kube-apiserver has
+/// not answered it: since when (RFC 3339, the hub's clock). Every heartbeat writes the Lease
+/// (server-side apply): one that says so sets it, one that does not removes it.
+pub const ANNOTATION_MEMBER_API_UNREACHABLE_SINCE: &str =
+    "cluster.lifeboat.dev/member-api-unreachable-since";
+
+/// Name of cluster `cluster`'s heartbeat Lease in the hub namespace.
+pub fn lease_name(cluster: &str) -> String {
+    format!("cluster-{cluster}")
+}
 
 /// Well-known node labels.
 pub const NODE_CAPACITY_TYPE_LABEL: &str = "karpenter.sh/capacity-type";

@@ -22,10 +22,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use lifeboat_api::binding::{
     ANNOTATION_CONFIRM_PURGE, CONDITION_FAILOVER_BLOCKED, CONDITION_SCHEDULED,
-    GracefulEvictionTask, ResourceBinding,
+    GracefulEvictionTask, ResourceBinding, confirmed_purges,
 };
 use lifeboat_api::policy::PurgeMode;
-use lifeboat_hub::failover::phase::confirmed_purges;
 use serde::Serialize;
 
 use crate::history::parse_binding;
@@ -531,6 +530,10 @@ mod tests {
     use super::*;
     use clap::Parser;
     use k8s_openapi::jiff::Timestamp;
+    use lifeboat_api::binding::{
+        BLOCKED_WAITING_FOR_PURGE_CONFIRMATION, EVICTION_APPLICATION_FAILURE,
+        EVICTION_CLUSTER_FAILURE, REASON_NO_CLUSTER_FIT,
+    };
     use serde_json::json;
 
     fn at(text: &str) -> Time {
@@ -546,10 +549,10 @@ mod tests {
                 "resource": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"},
                 "clusters": [{"name": "member-2", "replicas": 0}],
                 "gracefulEvictionTasks": [
-                    {"fromCluster": "member-1", "purgeMode": "Never", "reason": "ApplicationFailure",
+                    {"fromCluster": "member-1", "purgeMode": "Never", "reason": EVICTION_APPLICATION_FAILURE,
                      "producer": "lifeboat-hub", "suppressDeletion": true,
                      "creationTimestamp": "2026-11-23T10:00:00Z"},
-                    {"fromCluster": "member-3", "purgeMode": "Directly", "reason": "ClusterFailure",
+                    {"fromCluster": "member-3", "purgeMode": "Directly", "reason": EVICTION_CLUSTER_FAILURE,
                      "producer": "lifeboat-hub", "creationTimestamp": "2026-11-23T10:00:00Z",
                      "purgedAt": "2026-11-23T10:00:05Z"}
                 ]
@@ -564,7 +567,7 @@ mod tests {
                      "healthReason": "the copy was deleted from the cluster (the work was withdrawn)",
                      "goneAt": "2026-11-23T10:00:04Z"}
                 ],
-                "conditions": [{"type": "FailoverBlocked", "status": "True", "reason": "WaitingForPurgeConfirmation",
+                "conditions": [{"type": CONDITION_FAILOVER_BLOCKED, "status": "True", "reason": BLOCKED_WAITING_FOR_PURGE_CONFIRMATION,
                                 "message": "the old copy in member-1 stays", "lastTransitionTime": "2026-11-23T10:00:00Z"}]
             }
         }))
@@ -656,7 +659,7 @@ mod tests {
         b.spec.clusters.clear();
         b.spec.graceful_eviction_tasks = vec![
             serde_json::from_value(json!({
-            "fromCluster": "member-1", "purgeMode": "Gracefully", "reason": "ApplicationFailure",
+            "fromCluster": "member-1", "purgeMode": "Gracefully", "reason": EVICTION_APPLICATION_FAILURE,
             "producer": "lifeboat-hub", "gracePeriodSeconds": 60,
             "creationTimestamp": "2026-11-23T10:00:00Z"}))
             .unwrap(),
@@ -675,8 +678,8 @@ mod tests {
         b.spec.graceful_eviction_tasks.clear();
         b.status = Some(
             serde_json::from_value(
-                json!({"conditions": [{"type": "Scheduled", "status": "False",
-                "reason": "NoClusterFit", "message": "0/2 clusters are available",
+                json!({"conditions": [{"type": CONDITION_SCHEDULED, "status": "False",
+                "reason": REASON_NO_CLUSTER_FIT, "message": "0/2 clusters are available",
                 "lastTransitionTime": "2026-11-23T10:00:00Z"}]}),
             )
             .unwrap(),

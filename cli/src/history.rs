@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
-use lifeboat_hub::ledger::{DEFAULT_DATABASE_URL, Ledger, LedgerRecord};
+use lifeboat_ledger::{DEFAULT_DATABASE_URL, Ledger, LedgerRecord};
 
 use crate::table::one_line;
 
@@ -229,7 +229,7 @@ mod tests {
     use super::*;
     use clap::Parser;
     use lifeboat_api::health::FailureClass;
-    use lifeboat_hub::ledger::{BindingRef, EventKind, LedgerEvent};
+    use lifeboat_ledger::{BindingRef, EventKind, LedgerEvent};
     use serde_json::json;
 
     #[derive(Parser)]

@@ -12,7 +12,7 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ObjectMeta, PostParams};
 use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
-use lifeboat_hub::agentapi::auth::{
+use lifeboat_api::credentials::{
     BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_EXPIRATION_KEY, BOOTSTRAP_TOKEN_KEY,
     BOOTSTRAP_TOKEN_TYPE, fresh_token,
 };

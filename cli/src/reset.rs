@@ -1,7 +1,7 @@
 //! `lifeboatctl reset NAMESPACE/BINDING [--cluster C]`: asks the hub for one in-place reset of a
 //! ResourceBinding's workload (its cluster's agent deletes and recreates it), by setting the
 //! binding's `work.lifeboat.dev/reset-request` annotation to a fresh value
-//! (`lifeboat_hub::failover::manual_reset`). Without `--cluster`, the binding's single placement; a
+//! (`lifeboat_api::reset`). Without `--cluster`, the binding's single placement; a
 //! binding placed on several clusters is refused with their names.
 
 use std::process::ExitCode;
@@ -38,13 +38,8 @@ pub fn run(args: ResetArgs) -> anyhow::Result<ExitCode> {
         .context("starting the async runtime")?;
     let asked = runtime.block_on(async {
         let client = hub_client(&args.hub).await?;
-        let asked = lifeboat_hub::failover::manual_reset::request(
-            &client,
-            namespace,
-            name,
-            args.cluster.as_deref(),
-        )
-        .await?;
+        let asked =
+            lifeboat_api::reset::request(&client, namespace, name, args.cluster.as_deref()).await?;
         anyhow::Ok(asked)
     })?;
     println!(

@@ -10,7 +10,10 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
-use lifeboat_api::binding::{ANNOTATION_CONFIRM_PURGE, ResourceBinding};
+use lifeboat_api::binding::{
+    ANNOTATION_CONFIRM_PURGE, EVICTION_APPLICATION_FAILURE, EVICTION_CLUSTER_FAILURE,
+    ResourceBinding,
+};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use serde_json::{Value, json};
 
@@ -75,10 +78,10 @@ async fn bindings(ctx: Arc<TestContext>) -> TestResult {
             "resource": {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper", "name": "train"},
             "clusters": [{"name": "member-2"}],
             "gracefulEvictionTasks": [
-                {"fromCluster": "member-1", "purgeMode": "Never", "reason": "ApplicationFailure",
+                {"fromCluster": "member-1", "purgeMode": "Never", "reason": EVICTION_APPLICATION_FAILURE,
                  "producer": "lifeboat-hub", "suppressDeletion": true,
                  "creationTimestamp": "2026-11-23T10:00:00Z"},
-                {"fromCluster": "member-3", "purgeMode": "Directly", "reason": "ClusterFailure",
+                {"fromCluster": "member-3", "purgeMode": "Directly", "reason": EVICTION_CLUSTER_FAILURE,
                  "producer": "lifeboat-hub", "creationTimestamp": "2026-11-23T10:00:00Z",
                  "purgedAt": "2026-11-23T10:00:05Z"}
             ]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
+use lifeboat_api::cluster::{HUB_LEASE_NAME, HUB_SYSTEM_NAMESPACE};
 use lifeboat_hub::admission::{FailurePolicy, WebhookOptions};
 use lifeboat_hub::agentapi::AgentApiConfig;
 use lifeboat_hub::agentapi::server::ConnectionLimits;
@@ -19,9 +19,6 @@ use lifeboat_runtime::leader::flags::LeaderElectionArgs;
 use lifeboat_runtime::webhook::ClientConfigTarget;
 use lifeboat_scheduler::SchedulerConfig;
 use lifeboat_tls::PemFiles;
-
-/// The hub's Lease (in --namespace unless a flag names another).
-const HUB_LEASE_NAME: &str = "lifeboat-hub";
 
 #[derive(Parser, Debug)]
 #[command(

@@ -29,7 +29,10 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use lifeboat_api::binding::{GoneConfirmedBy, ResourceBinding};
+use lifeboat_api::binding::{
+    BLOCKED_WAITING_FOR_FENCE, CONDITION_FAILOVER_BLOCKED, EVICTION_CLUSTER_FAILURE,
+    GoneConfirmedBy, ResourceBinding,
+};
 use lifeboat_api::cluster::HUB_SYSTEM_NAMESPACE;
 use lifeboat_e2e::fleet::lifeboat::{
     apply_propagation_policy, appwrapper_resource, binding_of, cluster_ready, lifeboat_bin_dir,
@@ -487,7 +490,7 @@ async fn hub_fences(ctx: Arc<TestContext>) -> TestResult {
         assert!(
             history
                 .iter()
-                .any(|r| r.cluster_name == victim && r.reason == "ClusterFailure"),
+                .any(|r| r.cluster_name == victim && r.reason == EVICTION_CLUSTER_FAILURE),
             "{name}: {history:?}"
         );
         if let Some(old) = binding.cluster_status(&victim) {
@@ -617,8 +620,8 @@ async fn operator_confirms(ctx: Arc<TestContext>) -> TestResult {
         CLUSTER_LEASE + CLUSTER_TOLERATION + SLACK,
         || async {
             let b = binding_of(&bindings, &name).await?;
-            match b.condition("FailoverBlocked") {
-                Some(c) if c.status == "True" && c.reason == "WaitingForFence" => {
+            match b.condition(CONDITION_FAILOVER_BLOCKED) {
+                Some(c) if c.status == "True" && c.reason == BLOCKED_WAITING_FOR_FENCE => {
                     Ok(c.message.clone())
                 }
                 other => Err(format!("{other:?}")),
@@ -633,7 +636,7 @@ async fn operator_confirms(ctx: Arc<TestContext>) -> TestResult {
         "{message}"
     );
     wait::until("the WaitingForFence gauge at 1", SLACK, || async {
-        match blocked_gauge(&ctx, "WaitingForFence").await {
+        match blocked_gauge(&ctx, BLOCKED_WAITING_FOR_FENCE).await {
             Ok(Some(1.0)) => Ok(()),
             other => Err(format!("{other:?}")),
         }
@@ -680,10 +683,10 @@ async fn operator_confirms(ctx: Arc<TestContext>) -> TestResult {
     let binding = binding_of(&bindings, &name).await?;
     assert!(
         binding
-            .condition("FailoverBlocked")
+            .condition(CONDITION_FAILOVER_BLOCKED)
             .is_none_or(|c| c.status == "False"),
         "{:?}",
-        binding.condition("FailoverBlocked")
+        binding.condition(CONDITION_FAILOVER_BLOCKED)
     );
     for agent in agent_replicas(&ctx, &victim) {
         ctx.fleet.restart_lifeboat(&agent).await?;

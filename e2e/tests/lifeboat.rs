@@ -15,7 +15,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::ApiResource;
-use lifeboat_api::binding::ResourceBinding;
+use lifeboat_api::binding::{EVICTION_APPLICATION_FAILURE, ResourceBinding};
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
 use lifeboat_e2e::fleet::lifeboat::{
     HUB_LEASE, apply_propagation_policy, appwrapper_resource, cluster_ready, has_unreachable_taint,
@@ -528,7 +528,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
         .collect();
     assert_eq!(
         evictions,
-        [(&placed, &"ApplicationFailure".to_string())],
+        [(&placed, &EVICTION_APPLICATION_FAILURE.to_string())],
         "exactly one eviction, from {placed}"
     );
     // One copy, the same object as soon as it ran (never created twice).
@@ -548,8 +548,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
         .ok_or("the hub's state folder")?
         .join("lifeboat-ledger.db");
     let ledger =
-        lifeboat_hub::ledger::Ledger::connect(&format!("sqlite://{}", ledger_file.display()))
-            .await?;
+        lifeboat_ledger::Ledger::connect(&format!("sqlite://{}", ledger_file.display())).await?;
     let binding_name = done.metadata.name.clone().unwrap_or_default();
     let history = wait::until("the eviction in the ledger", T, || async {
         let history = ledger
@@ -558,7 +557,7 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
             .map_err(|e| e.to_string())?;
         let evictions = history
             .iter()
-            .filter(|r| r.event.kind == lifeboat_hub::ledger::EventKind::Eviction)
+            .filter(|r| r.event.kind == lifeboat_ledger::EventKind::Eviction)
             .count();
         if evictions >= 1 {
             Ok(history)
@@ -567,13 +566,13 @@ async fn killed_mid_failover(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await?;
-    let of = |kind: lifeboat_hub::ledger::EventKind, cluster: &str| {
+    let of = |kind: lifeboat_ledger::EventKind, cluster: &str| {
         history
             .iter()
             .filter(|r| r.event.kind == kind && r.event.cluster.as_deref() == Some(cluster))
             .count()
     };
-    use lifeboat_hub::ledger::EventKind::{Dispatch, Eviction, Placement};
+    use lifeboat_ledger::EventKind::{Dispatch, Eviction, Placement};
     assert_eq!(
         of(Eviction, &placed),
         1,

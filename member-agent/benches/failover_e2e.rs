@@ -38,7 +38,7 @@
 //!   cargo bench --profile dev -p lifeboat-agent --bench failover_e2e -- [--runs 5]
 //!       [--mode failed|toleration|cleanup|directly|apiserver|all] [--floor 10]
 
-#[path = "../tests/support/mod.rs"]
+#[path = "../../e2e/tests/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

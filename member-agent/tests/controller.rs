@@ -6,6 +6,7 @@
 //! a pool of nodes of its own; member-3, one scenario at a time, the standalone `lifeboat-agent`
 //! binary and the leader-election handover (each runs agents that reconcile the whole cluster).
 
+#[path = "../../e2e/tests/support/mod.rs"]
 mod support;
 
 use std::process::ExitCode;

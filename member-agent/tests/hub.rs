@@ -8,6 +8,7 @@
 //! omits one work (adopted, not recreated; the omitted one deleted; the credential reused) →
 //! a revoked credential (registers again) → the hub deletes the cluster (work removed).
 
+#[path = "../../e2e/tests/support/mod.rs"]
 mod support;
 
 use std::collections::{BTreeSet, HashMap};

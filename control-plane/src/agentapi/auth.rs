@@ -18,16 +18,17 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
 use ring::digest;
-use ring::rand::{SecureRandom, SystemRandom};
 use tokio::sync::watch;
 
-pub use crate::names::{
+// The Secret types, data keys and token format are the contract with `lifeboatctl join` and the
+// test fleets: they live in lifeboat-api.
+pub use lifeboat_api::cluster::CLUSTER_NAME_LABEL;
+use lifeboat_api::credentials::hex;
+pub use lifeboat_api::credentials::{
     BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_EXPIRATION_KEY, BOOTSTRAP_TOKEN_KEY,
-    BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY,
+    BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY, MIN_BOOTSTRAP_TOKEN_BYTES,
+    fresh_token, mint_token,
 };
-
-/// The shortest bootstrap token accepted (bytes of its text).
-pub const MIN_BOOTSTRAP_TOKEN_BYTES: usize = 32;
 
 /// SHA-256 of a token.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -62,28 +63,6 @@ impl std::fmt::Debug for TokenHash {
         // Only a prefix: enough to tell two apart in a log, not to look one up.
         write!(f, "TokenHash({}…)", &self.to_hex()[..8])
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
-/// A fresh cluster token: 32 bytes from the system's secure random source, hex-encoded.
-pub fn mint_token(rng: &SystemRandom) -> Result<String, ring::error::Unspecified> {
-    let mut bytes = [0u8; 32];
-    rng.fill(&mut bytes)?;
-    Ok(hex(&bytes))
-}
-
-/// A fresh token ([`mint_token`]) from a new handle on the system's random source: for one-off
-/// callers such as `lifeboatctl join`.
-pub fn fresh_token() -> Result<String, ring::error::Unspecified> {
-    mint_token(&SystemRandom::new())
 }
 
 /// The token of an `Authorization: Bearer <token>` header value, if it is one.
@@ -501,7 +480,7 @@ mod tests {
 
     #[test]
     fn minted_tokens_are_64_hex_chars_and_distinct() {
-        let rng = SystemRandom::new();
+        let rng = ring::rand::SystemRandom::new();
         let a = mint_token(&rng).unwrap();
         let b = mint_token(&rng).unwrap();
         assert_eq!(a.len(), 64);

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use kube::ResourceExt;
 use lifeboat_api::binding::{
-    ANNOTATION_CONFIRM_PURGE, CONDITION_FAILOVER_BLOCKED, EVICTION_CLUSTER_DELETED,
-    EVICTION_CLUSTER_FAILURE, ResourceBinding, ResourceBindingSpec, ResourceHealth,
+    CONDITION_FAILOVER_BLOCKED, EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE,
+    ResourceBinding, ResourceBindingSpec, ResourceHealth,
 };
 use lifeboat_api::cluster::{CONDITION_READY, Cluster};
 use lifeboat_api::policy::PurgeMode;
@@ -21,11 +21,14 @@ use crate::failover::decide::{
 };
 use crate::status::aggregate::condition;
 
+/// Read by `lifeboatctl get bindings` too: lifeboat-api.
+pub use lifeboat_api::binding::confirmed_purges;
+
 /// Reason of `FailoverBlocked` when an eviction was decided but no other cluster fits: the old
 /// copy stays (karmada#7455 deletes it).
 pub const REASON_NO_OTHER_CLUSTER: &str = lifeboat_api::binding::BLOCKED_NO_OTHER_CLUSTER_FITS;
 /// Reason of `FailoverBlocked=False` once nothing blocks a failover any more.
-pub const REASON_NOT_BLOCKED: &str = "NotBlocked";
+pub use lifeboat_api::binding::BLOCKED_NOT_BLOCKED as REASON_NOT_BLOCKED;
 
 /// Since when a Cluster has not been Ready, as a toleration counts: its `status.notReadySince`
 /// (microseconds) when it belongs to the condition's transition (within the condition's
@@ -71,22 +74,6 @@ pub fn cluster_states(clusters: &[Arc<Cluster>]) -> BTreeMap<String, ClusterStat
             )
         })
         .collect()
-}
-
-/// The clusters whose old copy a human confirmed may go (`lifeboatctl confirm-purge`: the
-/// comma-separated annotation).
-pub fn confirmed_purges(binding: &ResourceBinding) -> BTreeSet<String> {
-    binding
-        .annotations()
-        .get(ANNOTATION_CONFIRM_PURGE)
-        .map(|v| {
-            v.split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The confirm-purge annotation's clusters that still have an eviction task waiting for it (a
@@ -388,6 +375,7 @@ impl EvictionRateLimiter {
 mod tests {
     use super::*;
     use k8s_openapi::jiff::Timestamp;
+    use lifeboat_api::binding::ANNOTATION_CONFIRM_PURGE;
     use serde_json::json;
 
     fn at(second: i64) -> Time {
@@ -448,19 +436,6 @@ mod tests {
         // condition's second, as without it.
         assert_eq!(with(&plus(1_500_000).0.to_string()), Some(at(8)));
         assert_eq!(with(&plus(-1).0.to_string()), Some(at(8)));
-    }
-
-    #[test]
-    fn confirmed_purges_come_from_the_annotation() {
-        let b: ResourceBinding = serde_json::from_value(json!({
-            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
-            "metadata": {"name": "w", "namespace": "ns",
-                         "annotations": {ANNOTATION_CONFIRM_PURGE: "a, b,,"}},
-            "spec": {"resource": {"apiVersion": "v1", "kind": "Job", "name": "w"}}
-        }))
-        .unwrap();
-        let expected: BTreeSet<String> = ["a".to_string(), "b".to_string()].into();
-        assert_eq!(confirmed_purges(&b), expected);
     }
 
     #[test]

@@ -13,8 +13,7 @@ use lifeboat_api::protocol::{Work, WorkKey};
 use serde_json::json;
 use tokio::sync::{broadcast, mpsc, watch};
 
-use super::event::{BindingRef, EventKind, LedgerEvent};
-use super::writer::LedgerWriter;
+use super::{BindingRef, EventKind, LedgerEvent, LedgerWriter};
 use crate::clusters::health::{ClusterHealth, ReadinessTransition};
 use crate::failover::decide::AppliedReset;
 use crate::leadership::LeaderState;

@@ -1,26 +1,9 @@
-//! The hub's event ledger: the append-only timeline of dispatches, health transitions, cluster
-//! transitions, decisions, evictions and placements, for history queries, the dashboard and
-//! audits. The Kubernetes objects stay the source of truth; the ledger is the record of what
-//! happened to them.
-//!
-//! - [`LedgerEvent`] (pure): what the hub records; [`LedgerRecord`]: what a query returns.
-//! - [`Ledger`]: the database (SQLite file by default, PostgreSQL by URL), its migrations, the
-//!   direct append and the two history queries.
-//! - [`LedgerWriter`]: the batched writer the hub's loops record through, with its metrics
-//!   ([`LedgerMetrics`]).
-//! - [`feed`]: the events the hub records (dispatches, health and cluster transitions) and
-//!   [`LedgerFeed`], which hands them to the writer while this process leads.
+//! The event ledger as the hub uses it: the ledger itself (events, the database, the batched
+//! writer, its metrics) is the `lifeboat-ledger` crate, re-exported here so `crate::ledger::…`
+//! names it; [`feed`] is the hub's side, the events its loops record while this process leads.
 
-mod error;
-mod event;
+pub use lifeboat_ledger::*;
+
 pub mod feed;
-mod metrics;
-mod store;
-mod writer;
 
-pub use error::{Backend, LedgerError};
-pub use event::{BindingRef, EventKind, LedgerEvent, LedgerRecord};
 pub use feed::LedgerFeed;
-pub use metrics::LedgerMetrics;
-pub use store::{DEFAULT_DATABASE_URL, Ledger, LedgerPool, LedgerQuery};
-pub use writer::{LedgerWriter, LedgerWriterTask, WriterConfig};

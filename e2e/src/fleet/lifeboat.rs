@@ -16,6 +16,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, ObjectMeta, PostParams};
 use lifeboat_api::cluster::{CONDITION_READY, Cluster, HUB_SYSTEM_NAMESPACE, TAINT_UNREACHABLE};
+use lifeboat_api::credentials::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
 use serde::{Deserialize, Serialize};
 
 use super::components::{Component, Probe};
@@ -29,15 +30,11 @@ pub const LIFEBOAT_BINARIES: [&str; 2] = ["lifeboat-hub", "lifeboat-agent"];
 /// The agent's component name in its member cluster.
 pub const AGENT_COMPONENT: &str = "lifeboat-agent";
 /// The hub's Lease (its default `--leader-elect-lease-name`) in [`HUB_SYSTEM_NAMESPACE`].
-pub const HUB_LEASE: &str = "lifeboat-hub";
+pub const HUB_LEASE: &str = lifeboat_api::cluster::HUB_LEASE_NAME;
 /// The Secret on the hub the hubs issue the agent API's certificate from.
 pub const HUB_CA_SECRET: &str = "lifeboat-hub-ca";
 /// The bootstrap token Secret the fleet's agents register with.
 pub const BOOTSTRAP_SECRET: &str = "fleet-bootstrap-token";
-// The hub's bootstrap token format (lifeboat_hub::agentapi::auth, which this crate cannot depend
-// on: the hub's tests depend on this crate).
-const BOOTSTRAP_TOKEN_TYPE: &str = "lifeboat.dev/bootstrap-token";
-const BOOTSTRAP_TOKEN_KEY: &str = "token";
 
 const READY: Probe = Probe::http("/readyz");
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeDelta, Utc};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use lifeboat_api::health::FailureClass;
-use lifeboat_hub::ledger::{
+use lifeboat_ledger::{
     BindingRef, EventKind, Ledger, LedgerEvent, LedgerMetrics, LedgerWriter, WriterConfig,
 };
 use serde_json::json;

@@ -15,7 +15,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::SignedDuration;
 use kube::api::{Api, DeleteParams, PostParams};
-use lifeboat_api::binding::{EvictionRecord, ResourceBinding, ResourceHealth};
+use lifeboat_api::binding::{
+    EVICTION_APPLICATION_FAILURE, EVICTION_CLUSTER_DELETED, EVICTION_CLUSTER_FAILURE,
+    EvictionRecord, ResourceBinding, ResourceHealth,
+};
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::health::FailureClass;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
@@ -207,7 +210,7 @@ fn check_reclamation_record(record: &EvictionRecord) -> Result<(), TestError> {
         .evicted_at
         .0
         .checked_add(SignedDuration::from_secs(BLOCK))?;
-    if record.reason != "ApplicationFailure"
+    if record.reason != EVICTION_APPLICATION_FAILURE
         || record.failure_class != Some(FailureClass::Infrastructure)
         || !record
             .message
@@ -406,7 +409,7 @@ async fn member_apiserver_stopped(ctx: Arc<TestContext>) -> TestResult {
             .last_transition_time
             .0
             .checked_add(SignedDuration::from_secs(CLUSTER_TOLERATION))?;
-        if record.reason != "ClusterFailure" || record.evicted_at.0 < earliest {
+        if record.reason != EVICTION_CLUSTER_FAILURE || record.evicted_at.0 < earliest {
             return Err(format!(
                 "eviction record {record:?}; {lost} not Ready since {}",
                 not_ready.last_transition_time.0
@@ -482,7 +485,7 @@ async fn member_apiserver_stopped_toleration_0(ctx: Arc<TestContext>) -> TestRes
             )
             .await?;
         let record = record_for(&moved, &lost)?;
-        if record.reason != "ClusterFailure" {
+        if record.reason != EVICTION_CLUSTER_FAILURE {
             return Err(format!("eviction record {record:?}").into());
         }
         let target = placement(&moved).remove(0);
@@ -687,7 +690,7 @@ async fn cluster_deleted_on_the_hub(ctx: Arc<TestContext>) -> TestResult {
         )
         .await?;
     let record = record_for(&moved, &deleted)?;
-    if record.reason != "ClusterDeleted" {
+    if record.reason != EVICTION_CLUSTER_DELETED {
         return Err(format!("eviction record {record:?}").into());
     }
     let target = placement(&moved).remove(0);

@@ -11,10 +11,10 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent;
 use lifeboat_api::cluster::{Cluster, HUB_SYSTEM_NAMESPACE};
+use lifeboat_api::credentials::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::wait;
 use lifeboat_hub::agentapi::AgentApiConfig;
-use lifeboat_hub::agentapi::auth::{BOOTSTRAP_TOKEN_KEY, BOOTSTRAP_TOKEN_TYPE};
 use lifeboat_hub::clusters::health::ClusterHealthConfig;
 use lifeboat_hub::process::{AgentApiTls, HubOptions as HubProcessOptions};
 

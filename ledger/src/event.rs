@@ -101,7 +101,7 @@ impl fmt::Display for BindingRef {
 /// ```
 /// use chrono::Utc;
 /// use lifeboat_api::health::FailureClass;
-/// use lifeboat_hub::ledger::{BindingRef, EventKind, LedgerEvent};
+/// use lifeboat_ledger::{BindingRef, EventKind, LedgerEvent};
 ///
 /// let event = LedgerEvent::new(EventKind::HealthTransition, Utc::now())
 ///     .with_binding(BindingRef::new("team-a", "train-llm"))

@@ -22,7 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, PostParams};
-use lifeboat_api::binding::ResourceBinding;
+use lifeboat_api::binding::{
+    BLOCKED_NO_OTHER_CLUSTER_FITS, CONDITION_FAILOVER_BLOCKED, EVICTION_APPLICATION_FAILURE,
+    EVICTION_CLUSTER_FAILURE, ResourceBinding,
+};
 use lifeboat_api::cluster::Cluster;
 use lifeboat_api::health::FailureClass;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
@@ -175,7 +178,7 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
         .iter()
         .find(|r| r.cluster_name == placed)
         .ok_or("no eviction record for the old cluster")?;
-    if record.reason != "ApplicationFailure"
+    if record.reason != EVICTION_APPLICATION_FAILURE
         || record.failure_class != Some(FailureClass::Infrastructure)
         || record.expires_at.is_some()
         || !record
@@ -263,7 +266,7 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
         .iter()
         .find(|r| r.cluster_name == lost)
         .ok_or("no eviction record for the lost cluster")?;
-    if record.reason != "ClusterFailure" {
+    if record.reason != EVICTION_CLUSTER_FAILURE {
         return Err(format!("eviction record {record:?}").into());
     }
     // Not before the cluster toleration, counted from the Ready transition.
@@ -299,10 +302,10 @@ async fn failover(ctx: Arc<TestContext>) -> TestResult {
         wait::until("train kept on the lost cluster, blocked", T, || async {
             let b = binding_of(&bindings, "train").await?;
             let blocked = b
-                .condition("FailoverBlocked")
+                .condition(CONDITION_FAILOVER_BLOCKED)
                 .map(|c| (c.status.clone(), c.reason.clone()));
             if placement(&b) == [other.clone()]
-                && blocked == Some(("True".into(), "NoOtherClusterFits".into()))
+                && blocked == Some(("True".into(), BLOCKED_NO_OTHER_CLUSTER_FITS.into()))
             {
                 Ok(())
             } else {

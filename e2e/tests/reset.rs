@@ -9,7 +9,7 @@
 //!    generation), the binding records the reset, the ledger, an Event and the hub's counter
 //!    show it. Twice; the third failure moves it to the other member, with an eviction record.
 //! 2. A manual reset of the moved, healthy PyTorchJob through `lifeboatctl reset`'s code path
-//!    (`lifeboat_hub::failover::manual_reset::request`) re-creates it once in its member and does not move
+//!    (`lifeboat_api::reset::request`) re-creates it once in its member and does not move
 //!    it.
 //! 3. A reset its member cannot carry out (a finalizer the test set holds the old object) is
 //!    given up after `inPlaceReset.timeoutSeconds` (5 s here), and the job moves to the other
@@ -27,12 +27,15 @@ use std::time::Duration;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use lifeboat_api::binding::{ANNOTATION_RESET_GENERATION, ResourceBinding, ResourceHealth};
+use lifeboat_api::binding::{
+    ANNOTATION_RESET_GENERATION, EVICTION_APPLICATION_FAILURE, EVICTION_RESET_TIMED_OUT,
+    ResourceBinding, ResourceHealth,
+};
 use lifeboat_api::health::FailureClass;
+use lifeboat_api::reset::{self as manual_reset, ManualResetError};
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::wait;
-use lifeboat_hub::failover::manual_reset::{self, ManualResetError};
-use lifeboat_hub::ledger::{EventKind, Ledger};
+use lifeboat_ledger::{EventKind, Ledger};
 use serde_json::{Value, json};
 use support::hub::{
     binding_of, install_operator_crd, member_api, placement, start_hub_with, tempfile_dir,
@@ -342,7 +345,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
         .find(|r| r.cluster_name == placed)
         .ok_or("no eviction record for the first member")?;
     // The built-in PyTorchJob interpreter gives class Unknown for Failed: a class that moves.
-    if eviction.reason != "ApplicationFailure"
+    if eviction.reason != EVICTION_APPLICATION_FAILURE
         || eviction
             .failure_class
             .is_none_or(|c| c == FailureClass::Application)
@@ -567,7 +570,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
             .iter()
             .find(|r| r.cluster_name == held_at)
             .ok_or("no eviction record for the held job's first member")?;
-        if eviction.reason != "InPlaceResetTimedOut"
+        if eviction.reason != EVICTION_RESET_TIMED_OUT
             || eviction.failure_class != Some(FailureClass::Infrastructure)
             || !eviction
                 .message

@@ -107,7 +107,7 @@ impl Ledger {
         Ok(ledger)
     }
 
-    /// Applies the migrations in `control-plane/migrations/<backend>/` that the database has not
+    /// Applies the migrations in `ledger/migrations/<backend>/` that the database has not
     /// seen yet (none on an up-to-date database). [`Ledger::connect`] already does this.
     pub async fn migrate(&self) -> Result<(), LedgerError> {
         let backend = self.backend();

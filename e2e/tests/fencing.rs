@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
-use lifeboat_api::binding::ResourceBinding;
+use lifeboat_api::binding::{EVICTION_CLUSTER_FAILURE, ResourceBinding};
 use lifeboat_api::policy::PurgeMode;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::partition::PartitionProxy;
@@ -263,7 +263,7 @@ async fn partition(ctx: Arc<TestContext>) -> TestResult {
         .iter()
         .find(|r| r.cluster_name == placed)
         .ok_or("no eviction record for the partitioned cluster")?;
-    if record.reason != "ClusterFailure" {
+    if record.reason != EVICTION_CLUSTER_FAILURE {
         return Err(format!("eviction record {record:?}").into());
     }
     wait::until("train Running in the other member", T, || async {

@@ -282,10 +282,10 @@ async fn ledger_has_the_run(
     first: &str,
     second: &str,
 ) -> TestResult {
-    use lifeboat_hub::ledger::{EventKind, Ledger};
+    use lifeboat_ledger::{EventKind, Ledger};
     let path = tempfile_dir(&ctx.namespace)?.join("ledger.db");
     let ledger = Ledger::connect(&format!("sqlite://{}", path.display())).await?;
-    let of_this_binding = |r: &lifeboat_hub::ledger::LedgerRecord| {
+    let of_this_binding = |r: &lifeboat_ledger::LedgerRecord| {
         r.event.binding.as_ref().and_then(|b| b.uid.as_deref()) == Some(uid)
     };
     wait::until(

@@ -19,7 +19,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use lifeboat_api::appwrapper::AppWrapperPhase as Phase;
-use lifeboat_api::binding::{EvictionRecord, ResourceBinding, ResourceHealth};
+use lifeboat_api::binding::{
+    CONDITION_FAILOVER_BLOCKED, EVICTION_APPLICATION_FAILURE, EvictionRecord, ResourceBinding,
+    ResourceHealth,
+};
 use lifeboat_api::health::FailureClass;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::{faults, nodes, wait};
@@ -274,9 +277,9 @@ async fn terminal_exit_code(ctx: Arc<TestContext>) -> TestResult {
             "FailoverBlocked=True (ApplicationFailure) and the item of class Application",
             T,
             |b| {
-                let c = b.condition("FailoverBlocked");
+                let c = b.condition(CONDITION_FAILOVER_BLOCKED);
                 match c {
-                    Some(c) if c.status == "True" && c.reason == "ApplicationFailure" => {}
+                    Some(c) if c.status == "True" && c.reason == EVICTION_APPLICATION_FAILURE => {}
                     other => {
                         return Err(format!(
                             "FailoverBlocked {:?}",
@@ -293,7 +296,7 @@ async fn terminal_exit_code(ctx: Arc<TestContext>) -> TestResult {
         )
         .await?;
     let message = b
-        .condition("FailoverBlocked")
+        .condition(CONDITION_FAILOVER_BLOCKED)
         .map(|c| c.message.clone())
         .unwrap_or_default();
     if !message.contains(&placed) || !message.contains("moveOnApplicationFailure") {
@@ -425,7 +428,7 @@ async fn health_flaps(ctx: Arc<TestContext>) -> TestResult {
         )
         .into());
     }
-    if record.reason != "ApplicationFailure"
+    if record.reason != EVICTION_APPLICATION_FAILURE
         || !record
             .message
             .as_deref()

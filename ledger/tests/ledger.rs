@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 use lifeboat_api::health::FailureClass;
-use lifeboat_hub::ledger::{
+use lifeboat_ledger::{
     Backend, BindingRef, EventKind, Ledger, LedgerError, LedgerEvent, LedgerMetrics, LedgerPool,
     LedgerQuery, LedgerRecord, LedgerWriter, WriterConfig,
 };
@@ -82,7 +82,7 @@ fn main() -> ExitCode {
         eprintln!(
             "note: the PostgreSQL ledger tests need {URL_VAR}; `make ledger` (part of `make test`) \
              starts a throwaway PostgreSQL and sets it: \
-             `scripts/postgres.sh cargo test -p lifeboat-hub --test ledger`"
+             `scripts/postgres.sh cargo test -p lifeboat-ledger --test ledger`"
         );
     }
     // Probed once: an unreachable server fails every PostgreSQL trial at once, not after a

@@ -32,7 +32,10 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use lifeboat_agent::agent::SpawnedAgent;
-use lifeboat_api::binding::{ANNOTATION_CONFIRM_PURGE, EvictionRecord, ResourceBinding};
+use lifeboat_api::binding::{
+    ANNOTATION_CONFIRM_PURGE, BLOCKED_WAITING_FOR_PURGE, BLOCKED_WAITING_FOR_PURGE_CONFIRMATION,
+    CONDITION_FAILOVER_BLOCKED, EVICTION_APPLICATION_FAILURE, EvictionRecord, ResourceBinding,
+};
 use lifeboat_api::config::ResourceInterpreterCustomization;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::wait;
@@ -386,7 +389,7 @@ async fn directly(suite: &Suite) -> TestResult {
     hold(&old_api, "train", true).await?;
     let broken = fail_on_broken_nodes(ctx, &old, ns, "train").await?;
     let record = until_moved(bindings, "train", &old, &new).await?;
-    if record.reason != "ApplicationFailure" {
+    if record.reason != EVICTION_APPLICATION_FAILURE {
         return Err(format!("eviction record {record:?}").into());
     }
     wait::until("the old copy being deleted, held", T, || async {
@@ -405,7 +408,9 @@ async fn directly(suite: &Suite) -> TestResult {
     let deadline = tokio::time::Instant::now() + STAYS;
     while tokio::time::Instant::now() < deadline {
         let b = binding_of(bindings, "train").await?;
-        let blocked = b.condition("FailoverBlocked").map(|c| c.reason.clone());
+        let blocked = b
+            .condition(CONDITION_FAILOVER_BLOCKED)
+            .map(|c| c.reason.clone());
         let purged = b
             .spec
             .graceful_eviction_tasks
@@ -421,9 +426,9 @@ async fn directly(suite: &Suite) -> TestResult {
     }
     let b = binding_of(bindings, "train").await?;
     let blocked = b
-        .condition("FailoverBlocked")
+        .condition(CONDITION_FAILOVER_BLOCKED)
         .map(|c| (c.status.clone(), c.reason.clone()));
-    if blocked != Some(("True".into(), "WaitingForPurge".into())) {
+    if blocked != Some(("True".into(), BLOCKED_WAITING_FOR_PURGE.into())) {
         return Err(format!("while waiting: FailoverBlocked {blocked:?}").into());
     }
     // A new agent (it never had the work) learns the purge from its snapshot, finds the old
@@ -644,9 +649,11 @@ end
                 .cluster_status(&new)
                 .is_some_and(|i| i.health.as_str() == "Healthy");
             let blocked = b
-                .condition("FailoverBlocked")
+                .condition(CONDITION_FAILOVER_BLOCKED)
                 .map(|c| (c.status.clone(), c.reason.clone()));
-            if healthy && blocked == Some(("True".into(), "WaitingForPurgeConfirmation".into())) {
+            if healthy
+                && blocked == Some(("True".into(), BLOCKED_WAITING_FOR_PURGE_CONFIRMATION.into()))
+            {
                 Ok(())
             } else {
                 Err(format!(
