@@ -11,7 +11,9 @@ impl Machine<'_, '_> {
     /// labelled pod is gone.
     pub(super) fn delete_components(&mut self) -> bool {
         self.set(ct::DELETING_RESOURCES, true, r::DELETION_INITIATED, "");
-        let started = self.ltt(ct::DELETING_RESOURCES);
+        // Read back from the API server the start has lost its fraction of a second: counting
+        // from the end of that second never cuts the forceful grace short.
+        let started = lifeboat_api::time::counted_from(self.ltt(ct::DELETING_RESOURCES));
         let components = self.obs().components.clone();
         let mut remaining = Vec::new();
         let mut to_delete = Vec::new();

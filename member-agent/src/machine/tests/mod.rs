@@ -26,8 +26,15 @@ mod terminating;
 
 const T0: i64 = 1_800_000_000;
 
+/// `seconds` after the fixture's start, a quarter into its second: a clock's reading has a
+/// fraction (a time without one is what the API server gives back, see `whole`).
 fn at(seconds: i64) -> Timestamp {
-    Timestamp::from_second(T0 + seconds).expect("valid timestamp")
+    Timestamp::new(T0 + seconds, 250_000_000).expect("valid timestamp")
+}
+
+/// `t` as the API server stores it: whole seconds.
+fn whole(t: Timestamp) -> Timestamp {
+    Timestamp::from_second(t.as_second()).expect("valid timestamp")
 }
 
 fn spec(suspend: bool) -> AppWrapperSpec {

@@ -115,6 +115,32 @@ fn forceful_deletion_after_the_grace_deletes_pods_then_components() {
 }
 
 #[test]
+fn a_deletion_start_read_back_in_whole_seconds_never_shortens_the_forceful_grace() {
+    let mut fx = resetting_after_failure();
+    fx.params.forceful_deletion_grace = Duration::from_secs(3);
+    fx.now = at(10) + Duration::from_millis(700); // deletion initiated at 10.95 s
+    fx.apply();
+    // The status comes back from the API server: the condition's time is 10 s, not 10.95 s.
+    for c in &mut fx.status.conditions {
+        c.last_transition_time.0 = whole(c.last_transition_time.0);
+    }
+    fx.obs.components = vec![ComponentObservation::Deleting, ComponentObservation::Absent];
+    fx.obs.pods = PodSummary {
+        total: 1,
+        running: 1,
+        ..Default::default()
+    };
+    // 13.9 s: 2.95 s after the true start (counted from 10 s, the grace would be over).
+    fx.now = at(13) + Duration::from_millis(650);
+    let d = fx.apply();
+    assert!(!d.actions.force_delete_pods, "not before the grace");
+    // The grace counts from the end of the written second: forceful after 14 s.
+    fx.now = at(14);
+    let d = fx.apply();
+    assert!(d.actions.force_delete_pods);
+}
+
+#[test]
 fn resetting_suspended_externally_goes_suspending() {
     let mut fx = resetting_after_failure();
     fx.spec.suspend = true;
