@@ -90,7 +90,8 @@ ledger:
 	bash scripts/postgres.sh $(CARGO) test -p lifeboat-ledger --test ledger
 
 # End-to-end tests: each test binary starts its own fleet of real control planes. The suites
-# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs) start the
+# that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs; reset.rs and
+# dead_agents.rs run lifeboatctl) start the
 # binaries built here (cargo test builds only the test binaries); e2e/tests/link_mode.rs checks
 # their link mode against the runtime image (dev profile: see image-check).
 .PHONY: e2e

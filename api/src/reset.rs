@@ -4,19 +4,17 @@
 //! `spec.inPlaceResets[].manualRequest`). The cluster is the one asked, which must be a current
 //! placement, or else the single placement.
 //!
-//! [`choose_cluster`] and [`request_value`] are pure; [`request`] reads the binding and patches
-//! the annotation. The hub reads the value back (its failover module); `lifeboatctl reset` and
-//! the reset suite write it through [`request`].
+//! The request's format is the contract between `lifeboatctl reset` and the hub, so it lives
+//! here, pure: [`choose_cluster`] and [`request_value`]. The hub reads the value back (its
+//! failover module); `lifeboatctl reset` reads the binding and writes the annotation
+//! (`cli/src/reset.rs`).
 
-use crate::binding::{ANNOTATION_RESET_REQUEST, ResourceBinding};
+use crate::binding::ResourceBinding;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
 
-/// Why a manual reset cannot be asked.
+/// Why a manual reset cannot be asked of this binding's placement.
 #[derive(Debug, thiserror::Error)]
 pub enum ManualResetError {
-    #[error("ResourceBinding {binding} not found")]
-    NotFound { binding: String },
     #[error(
         "ResourceBinding {binding} is not placed on any cluster (spec.clusters is empty): nothing to reset"
     )]
@@ -39,15 +37,6 @@ pub enum ManualResetError {
         cluster: String,
         choices: Vec<String>,
     },
-    #[error("ResourceBinding {binding}: {context}: {source}")]
-    Kube {
-        binding: String,
-        context: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("no random numbers for the request's nonce")]
-    Random,
 }
 
 /// The cluster to reset in: `asked` if the binding is placed there, else its only placement.
@@ -83,51 +72,6 @@ pub fn choose_cluster(
 pub fn request_value(cluster: &str, now: Timestamp, random: [u8; 4]) -> String {
     let nonce: String = random.iter().map(|b| format!("{b:02x}")).collect();
     format!("{cluster}/{}-{nonce}", now.as_microsecond())
-}
-
-/// What was asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requested {
-    pub cluster: String,
-    /// The annotation's value.
-    pub value: String,
-}
-
-/// Asks the hub for one in-place reset of binding `namespace/name` in `cluster` (or its single
-/// placement): sets the annotation to a fresh value.
-pub async fn request(
-    client: &kube::Client,
-    namespace: &str,
-    name: &str,
-    cluster: Option<&str>,
-) -> Result<Requested, ManualResetError> {
-    let label = format!("{namespace}/{name}");
-    let kube_error = |context| {
-        let binding = label.clone();
-        move |source| ManualResetError::Kube {
-            binding,
-            context,
-            source,
-        }
-    };
-    let api: Api<ResourceBinding> = Api::namespaced(client.clone(), namespace);
-    let binding = api
-        .get_opt(name)
-        .await
-        .map_err(kube_error("reading it"))?
-        .ok_or_else(|| ManualResetError::NotFound {
-            binding: label.clone(),
-        })?;
-    let cluster = choose_cluster(&binding, cluster)?;
-    let mut random = [0u8; 4];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut random)
-        .map_err(|_| ManualResetError::Random)?;
-    let value = request_value(&cluster, Timestamp::now(), random);
-    let patch = serde_json::json!({"metadata": {"annotations": {ANNOTATION_RESET_REQUEST: value}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(kube_error("setting the reset-request annotation"))?;
-    Ok(Requested { cluster, value })
 }
 
 #[cfg(test)]

@@ -278,7 +278,11 @@ async fn start_pipeline(
     let (_leader, leading) = tokio::sync::watch::channel(LeaderState::leader());
     let feed = LedgerFeed::new(writer.clone(), leading);
     let (transitions, transitions_rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(feed.health_transitions(transitions_rx, hub.work.clone()));
+    tokio::spawn(lifeboat_hub::status::record::health_transitions(
+        feed,
+        transitions_rx,
+        hub.work.clone(),
+    ));
     let builtin = Interpreters::builtin(Arc::new(Runtime::new(RuntimeConfig::default())))?;
     processor::run(
         receiver,

@@ -1696,7 +1696,7 @@ async fn slow_clients_are_closed_and_refused_while_an_agent_heartbeats(
             install_crd: true,
             webhook: None,
             leader_election: None,
-            hub: Some(lifeboat_agent::hub::HubOptions {
+            hub: Some(lifeboat_agent::uplink::HubOptions {
                 urls: vec![format!("https://localhost:{}", address.port())],
                 ca_file: Some(pki_dir.join("ca.crt")),
                 bootstrap_token_file: dir.join("bootstrap-token"),
@@ -1704,13 +1704,13 @@ async fn slow_clients_are_closed_and_refused_while_an_agent_heartbeats(
                 provider: None,
                 region: None,
                 zone: None,
-                credential_secret: lifeboat_agent::hub::SecretRef {
+                credential_secret: lifeboat_agent::uplink::SecretRef {
                     namespace: credential_namespace,
                     name: "hub-credential".into(),
                 },
-                fencing: lifeboat_agent::hub::FencingChoice::Off,
+                fencing: lifeboat_agent::uplink::FencingChoice::Off,
                 identity: Some("slow-clients-agent".into()),
-                timing: lifeboat_agent::hub::HubTiming {
+                timing: lifeboat_agent::uplink::HubTiming {
                     request_timeout: Duration::from_secs(2),
                     ..Default::default()
                 },

@@ -29,13 +29,6 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("shared", &["leadership", "names", "test_metrics"]),
 ];
 
-/// Sources whose arrows are not checked, with why.
-const UNCHECKED: &[(&str, &str)] = &[(
-    "ledger/",
-    "the ledger is moving into a crate of its own, which cannot import the hub; until then its \
-     feed (ledger/feed.rs) still takes the hub's types",
-)];
-
 /// The most lines a non-test file may have before its first `#[cfg(test)]`.
 const MAX_LINES: usize = 600;
 
@@ -162,12 +155,6 @@ fn arrows(sources: &[Source]) -> Arrows {
         let Some(from) = source.module.first() else {
             continue; // lib.rs only declares the modules
         };
-        if UNCHECKED
-            .iter()
-            .any(|(prefix, _)| source.relative.starts_with(prefix))
-        {
-            continue;
-        }
         for (to, line) in imports(source) {
             if &to != from {
                 arrows
@@ -304,9 +291,6 @@ fn the_hub_has_no_import_circle_no_upward_import_and_no_file_over_600_lines() {
     );
     let arrows = arrows(&all);
     println!("{}", drawing(&arrows));
-    for (prefix, why) in UNCHECKED {
-        println!("not checked: src/{prefix}: {why}");
-    }
 
     let mut problems = arrow_problems(&arrows);
     for source in &all {

@@ -647,7 +647,7 @@ async fn removed_mark(ctx: &TestContext, member: &str) -> Result<Option<String>,
     .await?;
     Ok(secret
         .as_ref()
-        .and_then(lifeboat_agent::hub::credential::removed_at))
+        .and_then(lifeboat_agent::uplink::credential::removed_at))
 }
 
 /// `kubectl delete clusters.cluster.lifeboat.dev A` on the hub: the binding moves off A

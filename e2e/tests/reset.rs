@@ -8,14 +8,15 @@
 //!    deletes it and creates it again (a new UID in the same member, annotated with the reset
 //!    generation), the binding records the reset, the ledger, an Event and the hub's counter
 //!    show it. Twice; the third failure moves it to the other member, with an eviction record.
-//! 2. A manual reset of the moved, healthy PyTorchJob through `lifeboatctl reset`'s code path
-//!    (`lifeboat_api::reset::request`) re-creates it once in its member and does not move
-//!    it.
+//! 2. A manual reset of the moved, healthy PyTorchJob with the built `lifeboatctl reset`
+//!    re-creates it once in its member and does not move it; asked in the cluster it left,
+//!    `lifeboatctl reset` fails naming the one it is on.
 //! 3. A reset its member cannot carry out (a finalizer the test set holds the old object) is
 //!    given up after `inPlaceReset.timeoutSeconds` (5 s here), and the job moves to the other
 //!    member with an `InPlaceResetTimedOut` eviction record.
 //!
-//! One test: the suite shares one hub cluster, and one hub binds it.
+//! One test: the suite shares one hub cluster, and one hub binds it. Needs the built
+//! `lifeboatctl`: `cargo build -p lifeboatctl` (`make lifeboat-bins`).
 
 mod support;
 
@@ -32,7 +33,7 @@ use lifeboat_api::binding::{
     ResourceBinding, ResourceHealth,
 };
 use lifeboat_api::health::FailureClass;
-use lifeboat_api::reset::{self as manual_reset, ManualResetError};
+use lifeboat_e2e::fleet::lifeboat::lifeboat_bin_dir;
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestError, TestResult};
 use lifeboat_e2e::wait;
 use lifeboat_ledger::{EventKind, Ledger};
@@ -455,14 +456,27 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
         }
     })
     .await?;
-    match manual_reset::request(&hub, &ns, BINDING, Some(placed.as_str())).await {
-        Err(ManualResetError::NotPlacedThere { choices, .. }) if choices == [other.clone()] => {}
-        other => return Err(format!("a reset asked where it is not placed: {other:?}").into()),
+    let binding_arg = format!("{ns}/{BINDING}");
+    let (code, _, stderr) =
+        lifeboatctl(&ctx, &["reset", &binding_arg, "--cluster", placed.as_str()]).await?;
+    let refused = format!(
+        "error: --cluster {placed}: ResourceBinding {binding_arg} is not placed there (spec.clusters: {other})\n"
+    );
+    if (code, stderr.as_str()) != (Some(2), refused.as_str()) {
+        return Err(
+            format!("a reset asked where it is not placed: exit {code:?}, {stderr:?}").into(),
+        );
     }
-    let asked = manual_reset::request(&hub, &ns, BINDING, None).await?;
-    if &asked.cluster != other {
-        return Err(format!("the manual reset chose {}", asked.cluster).into());
-    }
+    let (code, stdout, stderr) = lifeboatctl(&ctx, &["reset", &binding_arg]).await?;
+    let said = format!(
+        "asked for an in-place reset of {binding_arg} in {other} (work.lifeboat.dev/reset-request="
+    );
+    let asked_value = stdout
+        .strip_prefix(said.as_str())
+        .and_then(|rest| rest.strip_suffix(")\n"))
+        .filter(|value| code == Some(0) && value.starts_with(&format!("{other}/")))
+        .ok_or_else(|| format!("lifeboatctl reset: exit {code:?}, {stdout:?} {stderr:?}"))?
+        .to_string();
     let reset_uid = new_copy(
         &there,
         JOB,
@@ -474,7 +488,7 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
     let b = wait::until("the manual reset recorded and reported done", T, || async {
         let b = binding_of(&bindings, JOB).await?;
         let state = (record(&b, other), reported(&b, other));
-        if state == (Some((1, 0, Some(asked.value.clone()))), Some(1)) {
+        if state == (Some((1, 0, Some(asked_value.clone()))), Some(1)) {
             Ok(b)
         } else {
             Err(format!("(record, reported generation) {state:?}"))
@@ -613,4 +627,21 @@ async fn reset(ctx: Arc<TestContext>) -> TestResult {
         return Err(e.into());
     }
     Ok(())
+}
+
+/// Runs the built `lifeboatctl` against the hub cluster: its exit code, stdout and stderr.
+async fn lifeboatctl(
+    ctx: &TestContext,
+    args: &[&str],
+) -> Result<(Option<i32>, String, String), TestError> {
+    let output = tokio::process::Command::new(lifeboat_bin_dir()?.join("lifeboatctl"))
+        .args(args)
+        .env("KUBECONFIG", ctx.fleet.kubeconfig("hub")?)
+        .output()
+        .await?;
+    Ok((
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
 }

@@ -10,7 +10,7 @@
 //!   ([`LedgerMetrics`]).
 //!
 //! The hub's feed into the ledger (which of its changes become events, and only while it leads)
-//! is the hub's own (`lifeboat_hub::ledger::feed`); `lifeboatctl history` reads through
+//! is the hub's own (`lifeboat_hub::ledger::LedgerFeed` and each loop's `record` module); `lifeboatctl history` reads through
 //! [`Ledger`]. See README.md for the tests.
 
 mod error;

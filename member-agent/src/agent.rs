@@ -34,7 +34,7 @@ pub struct AgentOptions {
     /// `namespace` means the client's default namespace (in a pod: its own).
     pub leader_election: Option<LeaseConfig>,
     /// Hub mode: register with the hub and apply its work, while leading (`None`: standalone).
-    pub hub: Option<crate::hub::HubOptions>,
+    pub hub: Option<crate::uplink::HubOptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +54,7 @@ pub enum AgentError {
     #[error(transparent)]
     LeaderElection(#[from] leader::ConfigError),
     #[error("hub mode: {0}")]
-    Hub(#[from] crate::hub::SetupError),
+    Hub(#[from] crate::uplink::SetupError),
     #[error("serving metrics on {addr}: {source}")]
     Serve {
         addr: SocketAddr,
@@ -140,9 +140,9 @@ pub async fn run(
         webhook::register(&client, &endpoint).await?;
         tracing::info!("admission webhook registered and live");
     }
-    // Hub mode (`crate::hub`): runs while this replica leads.
+    // Hub mode (`crate::uplink`): runs while this replica leads.
     if let Some(hub) = options.hub.clone() {
-        let hub = crate::hub::HubMode::new(
+        let hub = crate::uplink::HubMode::new(
             client.clone(),
             hub,
             &options.cluster,

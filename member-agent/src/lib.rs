@@ -8,7 +8,6 @@ pub mod config;
 pub mod controller;
 /// Go duration syntax (its home is `lifeboat-runtime`).
 pub use lifeboat_runtime::duration;
-pub mod hub;
 pub mod index;
 pub mod install;
 pub mod machine;
@@ -16,4 +15,5 @@ pub mod metrics;
 pub mod node_health;
 pub mod params;
 pub mod pods;
+pub mod uplink;
 pub mod webhook;

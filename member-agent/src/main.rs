@@ -43,7 +43,7 @@ struct Args {
     #[command(flatten)]
     leader_election: LeaderElectionArgs,
     #[command(flatten)]
-    hub: lifeboat_agent::hub::HubArgs,
+    hub: lifeboat_agent::uplink::HubArgs,
 }
 
 #[tokio::main]

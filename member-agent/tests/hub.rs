@@ -31,7 +31,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
 use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use lifeboat_agent::agent;
-use lifeboat_agent::hub::HubOptions;
+use lifeboat_agent::uplink::HubOptions;
 use lifeboat_api::protocol::{
     API_PREFIX, Cursor, ErrorResponse, HeartbeatRequest, HeartbeatResponse, LEADER_HEADER,
     RegisterRequest, RegisterResponse, StatusReport, StatusResponse, Work, WorkEvent, WorkKey,
@@ -915,7 +915,7 @@ async fn hub_mode_end_to_end(ctx: Arc<TestContext>) -> TestResult {
             .map_err(|e| e.to_string())?;
         let marked = secret
             .as_ref()
-            .and_then(lifeboat_agent::hub::credential::removed_at);
+            .and_then(lifeboat_agent::uplink::credential::removed_at);
         if gone && marked.is_some() {
             Ok(())
         } else {

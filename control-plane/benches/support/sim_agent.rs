@@ -600,7 +600,7 @@ pub async fn start_real_agents(
     dir: &str,
 ) -> Result<Vec<lifeboat_agent::agent::SpawnedAgent>, BoxError> {
     use lifeboat_agent::agent::{self, AgentOptions};
-    use lifeboat_agent::hub::{HubOptions as AgentHubOptions, HubTiming, SecretRef};
+    use lifeboat_agent::uplink::{HubOptions as AgentHubOptions, HubTiming, SecretRef};
     let dir = workspace_root().join("target").join(dir);
     std::fs::create_dir_all(&dir)?;
     let ca = lifeboat_e2e::fleet::lifeboat::hub_ca(hub, CA_SECRET, SETUP_TIMEOUT).await?;
@@ -629,7 +629,7 @@ pub async fn start_real_agents(
                     namespace: "lifeboat-system".into(),
                     name: "lifeboat-hub-credential".into(),
                 },
-                fencing: lifeboat_agent::hub::FencingChoice::On {
+                fencing: lifeboat_agent::uplink::FencingChoice::On {
                     server: None,
                     ca_file: None,
                 },

@@ -116,6 +116,7 @@ mod tests {
     use crate::interpreters::Interpreters;
     use lifeboat_api::binding::ResourceHealth;
     use lifeboat_interpreter::{Runtime, RuntimeConfig};
+    use lifeboat_runtime::mock::{ApiServer, Method};
     use serde_json::json;
 
     #[test]
@@ -153,6 +154,116 @@ mod tests {
         assert_eq!(
             aggregated_status(&interpreters, &with_status, &[item]).unwrap(),
             None
+        );
+    }
+
+    /// An AppWrapper template `ml/train` held as its watch would, and its binding with one
+    /// Healthy item whose member shows `Running`.
+    fn held_template() -> (Caches, InterpreterHandle, Arc<ResourceBinding>) {
+        use crate::binding::detector::TEMPLATE_KINDS;
+        use crate::binding::templates::Templates;
+        use kube::runtime::reflector::store;
+
+        let kind = TEMPLATE_KINDS
+            .iter()
+            .find(|k| k.kind == "AppWrapper")
+            .unwrap();
+        let template: kube::api::DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "template-uid"},
+            "spec": {"components": []}
+        }))
+        .unwrap();
+        let caches = Caches {
+            templates: Arc::new(Templates::holding(kind, vec![template])),
+            policies: store().0,
+            cluster_policies: store().0,
+            bindings: store().0,
+            clusters: store().0,
+        };
+        let builtin =
+            Interpreters::builtin(Arc::new(Runtime::new(RuntimeConfig::default()))).unwrap();
+        let interpreters = InterpreterHandle::new(Interpreters::layered(builtin, &[]).0);
+        let binding: ResourceBinding = serde_json::from_value(json!({
+            "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+            "metadata": {"name": "train-appwrapper", "namespace": "ml"},
+            "spec": {"resource": {"apiVersion": "workload.codeflare.dev/v1beta2",
+                "kind": "AppWrapper", "namespace": "ml", "name": "train"},
+                "clusters": [{"name": "member-2"}]},
+            "status": {"aggregatedStatus": [{"clusterName": "member-2", "applied": true,
+                "health": "Healthy", "status": {"phase": "Running", "conditions": []}}]}
+        }))
+        .unwrap();
+        (caches, interpreters, Arc::new(binding))
+    }
+
+    const TEMPLATE_STATUS_PATH: &str =
+        "/apis/workload.codeflare.dev/v1beta2/namespaces/ml/appwrappers/train/status";
+
+    /// The template status write's exact request, against a mock client: the aggregated
+    /// status by server-side apply on the template's status subresource, field manager
+    /// `lifeboat-hub/status`, forced.
+    #[tokio::test]
+    async fn the_template_status_is_applied_forced_on_its_status_subresource() {
+        let (caches, interpreters, binding) = held_template();
+        let (client, mut server) = ApiServer::new();
+        let write = aggregate_one(&client, &caches, &interpreters, &binding);
+        let answer = async {
+            let call = server
+                .next()
+                .await
+                .expect(Method::PATCH, TEMPLATE_STATUS_PATH);
+            assert_eq!(
+                call.uri.split_once('?').map(|(_, q)| q),
+                Some("&force=true&fieldManager=lifeboat-hub%2Fstatus")
+            );
+            assert_eq!(
+                call.content_type.as_deref(),
+                Some("application/apply-patch+yaml")
+            );
+            let body = call.body.clone();
+            assert_eq!(
+                (&body["apiVersion"], &body["kind"], &body["metadata"]),
+                (
+                    &json!("workload.codeflare.dev/v1beta2"),
+                    &json!("AppWrapper"),
+                    &json!({"name": "train", "namespace": "ml"})
+                )
+            );
+            assert!(
+                body.get("spec").is_none(),
+                "the status write carries no spec"
+            );
+            assert_eq!(body["status"]["phase"], "Running");
+            call.reply(200, body);
+        };
+        let (written, ()) = tokio::join!(write, answer);
+        written.expect("the template status is written");
+    }
+
+    #[tokio::test]
+    async fn a_conflict_on_the_template_status_write_is_an_api_error() {
+        let (caches, interpreters, binding) = held_template();
+        let (client, mut server) = ApiServer::new();
+        let write = aggregate_one(&client, &caches, &interpreters, &binding);
+        let answer = async {
+            let call = server
+                .next()
+                .await
+                .expect(Method::PATCH, TEMPLATE_STATUS_PATH);
+            call.fail(409, "Conflict", "the object has been modified");
+        };
+        let (written, ()) = tokio::join!(write, answer);
+        let error = written.expect_err("a conflict fails the write");
+        assert!(
+            matches!(&error, TemplateStatusError::Kube(kube::Error::Api(s)) if s.code == 409),
+            "{error:?}"
+        );
+        assert!(
+            error
+                .to_string()
+                .starts_with("writing the template status: "),
+            "{error}"
         );
     }
 }

@@ -118,6 +118,33 @@ impl Templates {
         ))
     }
 
+    /// Holds `objects` of `kind` as if its watch had listed them (request-level tests of the
+    /// writes that read templates).
+    #[cfg(test)]
+    pub fn holding(kind: &'static TemplateKind, objects: Vec<DynamicObject>) -> Templates {
+        let resource = ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk(kind.group, kind.version, kind.kind),
+            kind.plural,
+        );
+        let mut writer = reflector::store::Writer::new(resource.clone());
+        for object in objects {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(object));
+        }
+        let templates = Templates::new();
+        templates
+            .kinds
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                kind.kind,
+                Watched {
+                    resource,
+                    store: writer.as_reader(),
+                },
+            );
+        templates
+    }
+
     /// The kinds being watched.
     pub fn watched_kinds(&self) -> Vec<&'static str> {
         let mut kinds: Vec<&'static str> = self.read().keys().copied().collect();

@@ -3,5 +3,6 @@
 //! wait for every cluster's state ([`recovery`]).
 
 pub mod health;
+pub mod record;
 pub mod recovery;
 pub mod removal;

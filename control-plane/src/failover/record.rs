@@ -17,8 +17,7 @@ use lifeboat_api::binding::{GracefulEvictionTask, ResourceBinding};
 use serde_json::json;
 
 use crate::failover::decide::{AppliedReset, Blocked, Eviction, PurgeEvidence, TaskChange};
-use crate::ledger::feed::ledger_time;
-use crate::ledger::{BindingRef, EventKind, LedgerEvent, LedgerFeed};
+use crate::ledger::{BindingRef, EventKind, LedgerEvent, LedgerFeed, ledger_time};
 
 /// `to` of a placement event.
 pub const PLACED: &str = "Placed";
@@ -404,13 +403,8 @@ impl FailoverRecorder {
             let (namespace, name) = pass.after.key();
             let key = lifeboat_api::protocol::WorkKey { namespace, name };
             let uid = pass.after.metadata.uid.clone().unwrap_or_default();
-            self.ledger(crate::ledger::feed::reset_event(
-                &key,
-                &uid,
-                applied,
-                ledger_time(now),
-            ))
-            .await;
+            self.ledger(reset_event(&key, &uid, applied, ledger_time(now)))
+                .await;
             self.publish(&pass, reset_k8s_event(applied), false).await;
         }
         for cluster in clusters(pass.after).iter().filter(|c| !before.contains(*c)) {
@@ -512,6 +506,41 @@ fn truncate_note(mut note: String) -> String {
         note.push_str("...");
     }
     note
+}
+
+/// `to` of an in-place reset decision.
+pub const RESET: &str = "InPlaceReset";
+
+/// An in-place reset the binder wrote into binding `key` (UID `binding_uid`): a `Decision`,
+/// `to: InPlaceReset`, reason `Failure` or `Manual`, the failure class of a failure reset, and
+/// in `details` the generation, the failure resets counted so far, the pause, the manual
+/// request and the message.
+pub fn reset_event(
+    key: &lifeboat_api::protocol::WorkKey,
+    binding_uid: &str,
+    applied: &AppliedReset,
+    at: chrono::DateTime<chrono::Utc>,
+) -> LedgerEvent {
+    let AppliedReset { reset, record } = applied;
+    let mut event = LedgerEvent::new(EventKind::Decision, at)
+        .with_binding(crate::ledger::binding_ref(key, binding_uid))
+        .with_cluster(&reset.cluster)
+        .with_to(RESET)
+        .with_reason(match reset.manual {
+            Some(_) => "Manual",
+            None => "Failure",
+        })
+        .with_detail("generation", record.generation)
+        .with_detail("count", record.count)
+        .with_detail("pauseSeconds", reset.pause_seconds)
+        .with_detail("message", reset.message.as_str());
+    if let Some(value) = &reset.manual {
+        event = event.with_detail("manualRequest", value.as_str());
+    }
+    if let Some(class) = reset.class {
+        event = event.with_class(class);
+    }
+    event
 }
 
 #[cfg(test)]
@@ -727,5 +756,68 @@ mod tests {
     fn long_notes_are_cut_on_a_character_boundary() {
         let note = truncate_note("é".repeat(800));
         assert!(note.len() <= 1000 && note.ends_with("..."));
+    }
+
+    #[test]
+    fn a_reset_is_a_decision_with_its_generation_and_why() {
+        use crate::failover::decide::Reset;
+        use lifeboat_api::protocol::WorkKey;
+        let key = || WorkKey {
+            namespace: "ml".into(),
+            name: "train-appwrapper".into(),
+        };
+        let at = || {
+            chrono::DateTime::parse_from_rfc3339("2026-11-23T10:00:00.123456Z")
+                .unwrap()
+                .with_timezone(&chrono::Utc)
+        };
+        use lifeboat_api::binding::InPlaceResetRecord;
+        let record = InPlaceResetRecord {
+            cluster_name: "member-1".into(),
+            generation: 2,
+            count: 2,
+            last_requested_at: Time(Timestamp::from_second(1_800_000_000).unwrap()),
+            manual_request: None,
+            pause_seconds: Some(1),
+        };
+        let failure = AppliedReset {
+            reset: Reset {
+                cluster: "member-1".into(),
+                manual: None,
+                pause_seconds: 1,
+                class: Some(FailureClass::Unknown),
+                message: "unhealthy: reset 2 of 2".into(),
+            },
+            record: record.clone(),
+        };
+        let event = reset_event(&key(), "uid-1", &failure, at());
+        assert_eq!(event.kind, EventKind::Decision);
+        assert_eq!(event.cluster.as_deref(), Some("member-1"));
+        assert_eq!(
+            (event.to.as_deref(), event.reason.as_deref()),
+            (Some("InPlaceReset"), Some("Failure"))
+        );
+        assert_eq!(event.class, Some(FailureClass::Unknown));
+        assert_eq!(
+            event.binding.as_ref().unwrap().uid.as_deref(),
+            Some("uid-1")
+        );
+        assert_eq!(
+            event.details,
+            json!({"generation": 2, "count": 2, "pauseSeconds": 1,
+                   "message": "unhealthy: reset 2 of 2"})
+        );
+        let manual = AppliedReset {
+            reset: Reset {
+                manual: Some("member-1/n1".into()),
+                class: None,
+                ..failure.reset.clone()
+            },
+            record,
+        };
+        let event = reset_event(&key(), "uid-1", &manual, at());
+        assert_eq!(event.reason.as_deref(), Some("Manual"));
+        assert_eq!(event.class, None);
+        assert_eq!(event.details["manualRequest"], "member-1/n1");
     }
 }

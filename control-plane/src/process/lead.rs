@@ -179,9 +179,13 @@ pub(super) async fn lead(
     let work = Arc::new(WorkStore::new(new_epoch()));
     // Only the leader records: the feed checks the leader state on every event.
     let ledger = LedgerFeed::new(ledger_writer, leader_rx.clone());
-    let _ = work.observe(ledger.work_observer());
+    let _ = work.observe(crate::work::record::observer(ledger.clone()));
     let (health_tx, health_rx) = mpsc::unbounded_channel();
-    tokio::spawn(ledger.clone().health_transitions(health_rx, work.clone()));
+    tokio::spawn(crate::status::record::health_transitions(
+        ledger.clone(),
+        health_rx,
+        work.clone(),
+    ));
     let (intake, receiver) = crate::status::intake::channel(1024);
     let processor_metrics = ProcessorMetrics::new(&registry)?;
     let (full_reports_tx, full_reports) = mpsc::unbounded_channel();
@@ -254,7 +258,10 @@ pub(super) async fn lead(
     // Cluster health (acts only while leading).
     let monitor =
         ClusterHealthMonitor::new(options.cluster_health.clone(), client.clone(), &registry)?;
-    tokio::spawn(ledger.clone().cluster_transitions(monitor.subscribe()));
+    tokio::spawn(crate::clusters::record::cluster_transitions(
+        ledger.clone(),
+        monitor.subscribe(),
+    ));
     let cluster_health = monitor.readiness();
     tokio::spawn(monitor.run(leader_rx.clone(), stopped(stop_rx.clone())));
 

@@ -6,3 +6,4 @@ pub mod aggregate;
 pub mod handoff;
 pub mod intake;
 pub mod processor;
+pub mod record;

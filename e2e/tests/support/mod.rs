@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use lifeboat_agent::agent::{self, AgentOptions};
 use lifeboat_agent::config::OperatorConfig;
-use lifeboat_agent::hub::{FencingChoice, HubOptions, HubTiming, SecretRef};
+use lifeboat_agent::uplink::{FencingChoice, HubOptions, HubTiming, SecretRef};
 use lifeboat_api::appwrapper::{AppWrapper, AppWrapperPhase, AppWrapperTransition};
 use lifeboat_e2e::harness::{TestContext, TestError};
 use lifeboat_e2e::{Fleet, wait};

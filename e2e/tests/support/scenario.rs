@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::api::{Api, DynamicObject, PostParams};
 use lifeboat_agent::agent::SpawnedAgent;
-use lifeboat_agent::hub::HubOptions;
+use lifeboat_agent::uplink::HubOptions;
 use lifeboat_api::appwrapper::AppWrapper;
 use lifeboat_api::binding::{AggregatedStatusItem, ResourceBinding, ResourceHealth};
 use lifeboat_e2e::harness::{TestContext, TestError};

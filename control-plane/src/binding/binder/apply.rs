@@ -435,3 +435,6 @@ impl Binder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -846,3 +846,88 @@ async fn a_change_of_customizations_reinterprets_the_kinds_it_changes_without_a_
             .is_empty()
     );
 }
+
+/// The status write's exact request, against a mock client: the binding's items and
+/// conditions by server-side apply on the status subresource, field manager
+/// `lifeboat-hub/status`, forced; an unchanged status sends nothing.
+#[tokio::test]
+async fn the_status_is_applied_forced_as_lifeboat_hub_status_and_only_when_it_changed() {
+    use lifeboat_runtime::mock::{ApiServer, Method};
+    let work = store_with_work();
+    let interp = interpreters();
+    let mut state = StatusState::default();
+    let b = batch("m1", vec![report(1, appwrapper("Running", None))]);
+    state.process(&b, &work, |_: &WorkKey| None, &interp, &at(100));
+    let state = shared(state);
+    let binding: ResourceBinding = serde_json::from_value(json!({
+        "apiVersion": "work.lifeboat.dev/v1alpha1", "kind": "ResourceBinding",
+        "metadata": {"name": "train-appwrapper", "namespace": "ml", "uid": "uid-1",
+            "resourceVersion": "5", "generation": 1},
+        "spec": {"resource": {"apiVersion": "workload.codeflare.dev/v1beta2",
+            "kind": "AppWrapper", "namespace": "ml", "name": "train"},
+            "clusters": [{"name": "m1"}]}
+    }))
+    .unwrap();
+    let (bindings, mut writer) = kube::runtime::reflector::store::<ResourceBinding>();
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(binding.clone()));
+    let (client, mut server) = ApiServer::new();
+    let key = key();
+    let write = write_status(&client, &bindings, &state, &key);
+    let answer = async {
+        let call = server.next().await.expect(
+            Method::PATCH,
+            "/apis/work.lifeboat.dev/v1alpha1/namespaces/ml/resourcebindings/train-appwrapper/status",
+        );
+        assert_eq!(
+            call.uri.split_once('?').map(|(_, q)| q),
+            Some("&force=true&fieldManager=lifeboat-hub%2Fstatus")
+        );
+        assert_eq!(
+            call.content_type.as_deref(),
+            Some("application/apply-patch+yaml")
+        );
+        let body = &call.body;
+        assert_eq!(
+            (&body["apiVersion"], &body["kind"], &body["metadata"]),
+            (
+                &json!("work.lifeboat.dev/v1alpha1"),
+                &json!("ResourceBinding"),
+                &json!({"name": "train-appwrapper", "namespace": "ml"})
+            )
+        );
+        assert!(
+            body.get("spec").is_none(),
+            "the status write carries no spec"
+        );
+        let mut fields: Vec<&String> = body["status"].as_object().unwrap().keys().collect();
+        fields.sort();
+        assert_eq!(fields, ["aggregatedStatus", "conditions", "summary"]);
+        let items = body["status"]["aggregatedStatus"].as_array().unwrap();
+        assert_eq!(items.len(), 1);
+        assert_eq!(
+            (&items[0]["clusterName"], &items[0]["health"]),
+            (&json!("m1"), &json!("Healthy"))
+        );
+        assert_eq!(items[0]["status"]["phase"], "Running");
+        let types: Vec<&str> = body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["FullyApplied", "Healthy"]);
+        let mut stored = binding.clone();
+        stored.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+        call.reply(200, serde_json::to_value(&stored).unwrap());
+        stored
+    };
+    let (written, stored) = tokio::join!(write, answer);
+    assert!(written.expect("the status is written"), "a write was made");
+    // Once the cache holds what was written, there is nothing to write.
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(stored));
+    let again = write_status(&client, &bindings, &state, &key)
+        .await
+        .expect("nothing to write");
+    assert!(!again, "an unchanged status is not written");
+    assert!(server.is_idle().await, "no request for an unchanged status");
+}

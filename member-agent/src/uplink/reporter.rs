@@ -22,8 +22,8 @@ use super::backoff::Backoff;
 use super::client::HubClient;
 use super::credential::Credentials;
 use super::metrics::HubMetrics;
-use super::status::{StatusBook, trim_observed};
 use super::work::{ObjectId, key_of};
+use super::work_status::{StatusBook, trim_observed};
 use crate::controller::watches::{Change, Feeder};
 
 /// Most works in one report.

@@ -1,5 +1,6 @@
-//! Hub mode: the member agent as the hub's hands in one member cluster (the agent side of the
-//! agent ↔ hub protocol, `lifeboat_api::protocol`). While this replica leads, it
+//! The agent's uplink to the hub (hub mode): the member agent as the hub's hands in one member
+//! cluster, the agent side of the agent ↔ hub protocol (`lifeboat_api::protocol`). While this
+//! replica leads, it
 //!
 //! - registers with a bootstrap token, keeps the cluster credential in a Secret of the member
 //!   and registers again when the hub refuses it (`credential`); once the hub deletes the
@@ -10,7 +11,7 @@
 //! - consumes the resumable work stream (`ndjson`, `work`, pure) and applies each work by
 //!   server-side apply, adopting after a restart and removing what is no longer assigned
 //!   (`applier`);
-//! - reports each work's status in batches (`status`, pure; `reporter`);
+//! - reports each work's status in batches (`work_status`, pure; `reporter`);
 //! - probes its member's kube-apiserver and tells the hub, in its heartbeats, when it has not
 //!   answered for a bounded time (`member_api`).
 //!
@@ -34,8 +35,8 @@ pub mod observe;
 pub mod reporter;
 pub mod reset;
 pub mod session;
-pub mod status;
 pub mod work;
+pub mod work_status;
 
 use std::path::PathBuf;
 use std::sync::Arc;
