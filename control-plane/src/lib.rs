@@ -18,7 +18,9 @@
 //!   recovery of a new leader.
 //! - [`interpreters`]: the resource interpreters, their threads and their Events.
 //! - [`work`]: the desired work of every cluster (dispatch, the work store, pruning).
-//! - [`leadership`], [`ledger`], [`names`], [`reflector`]: shared below everything.
+//! - [`leadership`], [`ledger`]: shared below everything. The names shared with agents and
+//!   `lifeboatctl` (Secrets, labels, Leases) are the contract and come from `lifeboat-api`; the
+//!   caches, the work queue and the Kube error from `lifeboat-runtime`.
 
 pub mod admission;
 pub mod agentapi;
@@ -28,7 +30,6 @@ pub mod failover;
 pub mod interpreters;
 pub mod leadership;
 pub mod ledger;
-pub mod names;
 pub mod process;
 pub mod status;
 #[cfg(test)]

@@ -16,23 +16,21 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use lifeboat_api::cluster::{CLUSTER_NAME_LABEL, lease_name};
 use lifeboat_api::cluster::{
     Cluster, ClusterSpec, NodeSummary, Quantity, ResourceSummary, TAINT_UNREACHABLE,
 };
+use lifeboat_api::credentials::{CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY};
 use lifeboat_api::protocol::{
     self, HeartbeatResponse, Inventory, LEADER_HEADER, MAX_STATUS_ITEMS, RegisterRequest,
     StatusReport, StatusResponse, WorkEvent,
 };
 use lifeboat_e2e::harness::{self, E2eTest, TestContext, TestResult};
 use lifeboat_e2e::wait;
-use lifeboat_hub::agentapi::auth::{
-    CLUSTER_CREDENTIAL_TYPE, CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, TokenHash,
-    credential_secret_name,
-};
+use lifeboat_hub::agentapi::auth::{TokenHash, credential_secret_name};
 use lifeboat_hub::clusters::health::{ClusterHealth, ClusterHealthConfig, ClusterHealthMonitor};
 use lifeboat_hub::clusters::removal::{EVENT_REMOVED, FINALIZER};
 use lifeboat_hub::leadership::{LeaderState, always_leader};
-use lifeboat_hub::names::lease_name;
 use lifeboat_hub::work::store::WorkStore;
 use serde_json::json;
 use support::*;

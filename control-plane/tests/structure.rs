@@ -26,7 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("interpreters", &["interpreters"]),
     ("work", &["work"]),
     ("ledger", &["ledger"]),
-    ("shared", &["leadership", "names", "test_metrics"]),
+    ("shared", &["leadership", "test_metrics"]),
 ];
 
 /// The most lines a non-test file may have before its first `#[cfg(test)]`.

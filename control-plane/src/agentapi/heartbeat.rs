@@ -18,10 +18,10 @@ use lifeboat_api::cluster::{AgentInfo, Cluster, ClusterStatus};
 use lifeboat_api::protocol::{HeartbeatRequest, HeartbeatResponse, Inventory, WorkKey};
 use tracing::Instrument;
 
-use super::auth::CLUSTER_NAME_LABEL;
 use super::{ApiError, FIELD_MANAGER, Shared, json_body};
 use crate::clusters::removal::ANNOTATION_AGENT_STOPPED;
-use crate::names::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
+use lifeboat_api::cluster::CLUSTER_NAME_LABEL;
+use lifeboat_api::cluster::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
 
 /// The Cluster status fields the agent API owns.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -52,8 +52,9 @@ use tokio::task::JoinHandle;
 use crate::leadership::LeaderState;
 use crate::status::intake::StatusIntake;
 use crate::work::store::WorkStore;
-use auth::{BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE, CredentialIndex, TokenHash};
+use auth::{CredentialIndex, TokenHash};
 pub use error::ApiError;
+use lifeboat_api::credentials::{BOOTSTRAP_TOKEN_TYPE, CLUSTER_CREDENTIAL_TYPE};
 pub use metrics::AgentApiMetrics;
 
 /// Field manager of what the agent API writes (Cluster status inventory, Leases, credentials).
@@ -322,7 +323,7 @@ impl Shared {
                 namespace: Some(self.config.namespace.clone()),
                 labels: Some(
                     [(
-                        auth::CLUSTER_NAME_LABEL.to_string(),
+                        lifeboat_api::cluster::CLUSTER_NAME_LABEL.to_string(),
                         kube::ResourceExt::name_any(cluster),
                     )]
                     .into(),

@@ -23,12 +23,11 @@ use lifeboat_api::cluster::{AgentInfo, Cluster, ClusterSpec};
 use lifeboat_api::protocol::{PROTOCOL_VERSION, RegisterRequest, RegisterResponse};
 use tracing::Instrument;
 
-use super::auth::{
-    self, CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY, RegisterRefusal, Registrant, TokenHash,
-};
+use super::auth::{self, RegisterRefusal, Registrant, TokenHash};
 use super::heartbeat::{LeaseNotes, whole_seconds};
 use super::{ApiError, Shared, json_body, seconds};
 use crate::clusters::removal::FINALIZER;
+use lifeboat_api::credentials::{CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY};
 
 /// Whether `name` is a DNS-1123 label (what a Cluster name must be here: it also names the
 /// Lease and the Secret).
@@ -177,7 +176,7 @@ pub(super) async fn register(
             None => create_cluster(&clusters, &body, &registrant).await?,
         };
 
-        let token = auth::mint_token(&shared.rng)
+        let token = lifeboat_api::credentials::mint_token(&shared.rng)
             .map_err(|_| ApiError::Unavailable("the system random source failed".into()))?;
         let hash = TokenHash::of(&token);
         shared

@@ -376,7 +376,9 @@ mod tests {
     }
 
     fn credential(cluster: &str, token: &str) -> k8s_openapi::api::core::v1::Secret {
-        use super::super::auth::{CLUSTER_NAME_LABEL, CREDENTIAL_HASH_KEY, credential_secret_name};
+        use super::super::auth::credential_secret_name;
+        use lifeboat_api::cluster::CLUSTER_NAME_LABEL;
+        use lifeboat_api::credentials::CREDENTIAL_HASH_KEY;
         k8s_openapi::api::core::v1::Secret {
             metadata: kube::api::ObjectMeta {
                 name: Some(credential_secret_name(cluster)),

@@ -49,7 +49,9 @@ use tracing::Instrument;
 
 use crate::clusters::removal::ClusterRemoval;
 use crate::leadership::LeaderState;
-use crate::names::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, CLUSTER_NAME_LABEL, lease_name};
+use lifeboat_api::cluster::{
+    ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, CLUSTER_NAME_LABEL, lease_name,
+};
 
 mod fleet;
 mod monitor;

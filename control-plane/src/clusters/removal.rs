@@ -34,8 +34,8 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::clusters::health::{LeaseTerms, post_event};
-use crate::names::lease_name;
-use crate::names::{BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_TOKEN_TYPE};
+use lifeboat_api::cluster::lease_name;
+use lifeboat_api::credentials::{BOOTSTRAP_CLUSTER_NAME_KEY, BOOTSTRAP_TOKEN_TYPE};
 
 /// The hub's finalizer on every Cluster: held until the cluster's agent has stopped.
 pub const FINALIZER: &str = "cluster.lifeboat.dev/stop-agent";

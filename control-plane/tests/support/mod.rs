@@ -20,11 +20,11 @@ use kube::CustomResourceExt;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::wait::{await_condition, conditions};
 use lifeboat_api::cluster::Cluster;
+use lifeboat_api::credentials::BOOTSTRAP_TOKEN_TYPE;
 use lifeboat_api::protocol::{
     self, Inventory, RegisterRequest, RegisterResponse, StatusResponse, Work, WorkKey, WorkStatus,
 };
 use lifeboat_e2e::harness::TestError;
-use lifeboat_hub::agentapi::auth::BOOTSTRAP_TOKEN_TYPE;
 use lifeboat_hub::agentapi::{AgentApi, AgentApiConfig, AgentApiDeps};
 use lifeboat_hub::leadership::LeaderState;
 use lifeboat_hub::status::intake::{self, StatusBatch};
