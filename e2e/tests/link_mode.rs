@@ -6,10 +6,13 @@
 //! binary and the library, not at the image's first start.
 //!
 //! Which binaries: those in `lifeboat_bin_dir()`, the dev-profile ones that `make test` builds
-//! for the e2e suites (`make lifeboat-bins`), or `LIFEBOAT_BIN_DIR`: `make image-check`, the last
-//! step of `make test`, builds the release ones as the Containerfile does and points it at
-//! them. Symbol versions are not checked: they depend on the glibc of the machine that builds,
-//! and the image builds on rust:1.95-bookworm, whose glibc is the runtime's.
+//! for the e2e suites (`make lifeboat-bins`), or `LIFEBOAT_BIN_DIR`: `make image-check` builds
+//! the release ones as the Containerfile does and points it at them. `make test` checks the dev
+//! binaries only (a cold release build is about 9 minutes of CI), and checks here that nothing
+//! makes the release binaries link differently: the release profile changes only code generation
+//! and debug info, and no Cargo config, build flag or Containerfile environment changes the
+//! linker or the target. Symbol versions are not checked: they depend on the glibc of the machine
+//! that builds, and the image builds on rust:1.95-bookworm, whose glibc is the runtime's.
 
 use std::path::Path;
 use std::process::Command;
@@ -128,6 +131,113 @@ fn shipped_binaries_start_with_help_in_an_empty_environment() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+}
+
+/// The keys a Cargo profile may set without changing how its binaries link (their loader and
+/// their shared libraries): optimisation, debug info, checks and code-generation units.
+const LINK_NEUTRAL_PROFILE_KEYS: [&str; 9] = [
+    "opt-level",
+    "debug",
+    "debug-assertions",
+    "overflow-checks",
+    "codegen-units",
+    "incremental",
+    "strip",
+    "split-debuginfo",
+    "lto",
+];
+
+/// The keys set in `[profile.<name>]` and its sub-tables (`[profile.<name>.package."*"]`, ...)
+/// of a Cargo manifest, with the table each is in. Only the plain `key = value` lines of those
+/// tables: the workspace manifest writes profiles no other way.
+fn profile_keys(manifest: &str, profile: &str) -> Vec<(String, String)> {
+    let header = format!("[profile.{profile}");
+    let mut table: Option<String> = None;
+    let mut keys = Vec::new();
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            table = (line == format!("{header}]") || line.starts_with(&format!("{header}.")))
+                .then(|| line.to_string());
+        } else if let Some(table) = &table
+            && let Some((key, _)) = line.split_once('=')
+            && !line.starts_with('#')
+        {
+            keys.push((table.clone(), key.trim().to_string()));
+        }
+    }
+    keys
+}
+
+/// What in the workspace could make the release binaries link unlike the dev ones that
+/// `make test` checks: a release-profile key outside [`LINK_NEUTRAL_PROFILE_KEYS`], a Cargo
+/// config (rustflags, linker, target), or the Containerfile's build setting flags or a target.
+fn release_link_differences(
+    manifest: &str,
+    containerfile: &str,
+    cargo_configs: &[String],
+) -> Vec<String> {
+    let mut problems: Vec<String> = profile_keys(manifest, "release")
+        .into_iter()
+        .filter(|(_, key)| !LINK_NEUTRAL_PROFILE_KEYS.contains(&key.as_str()))
+        .map(|(table, key)| {
+            format!(
+                "Cargo.toml {table} sets `{key}`, which may change how the release binaries link"
+            )
+        })
+        .collect();
+    problems.extend(cargo_configs.iter().map(|path| {
+        format!("{path} exists: a Cargo config can set rustflags, the linker or the target for the release build")
+    }));
+    for line in containerfile
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+    {
+        for setting in ["RUSTFLAGS", "CARGO_", "--target", "--config"] {
+            if line.contains(setting) {
+                problems.push(format!(
+                    "Containerfile sets `{setting}` for its build: {}",
+                    line.trim()
+                ));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn the_release_binaries_link_as_the_checked_dev_binaries_do() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let manifest =
+        std::fs::read_to_string(root.join("Cargo.toml")).expect("the workspace manifest");
+    let containerfile =
+        std::fs::read_to_string(root.join("Containerfile")).expect("the Containerfile");
+    let cargo_configs: Vec<String> = [".cargo/config.toml", ".cargo/config"]
+        .into_iter()
+        .filter(|path| root.join(path).exists())
+        .map(String::from)
+        .collect();
+    // The check reads what it checks: the release profile is there and sets something.
+    assert!(
+        !profile_keys(&manifest, "release").is_empty(),
+        "no [profile.release] keys found in the workspace manifest"
+    );
+    let problems = release_link_differences(&manifest, &containerfile, &cargo_configs);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn a_release_setting_that_may_change_linking_is_named() {
+    let manifest = "[profile.dev]\npanic = \"abort\"\n\n[profile.release]\ndebug = \"line-tables-only\"\n# panic = \"abort\"\npanic = \"abort\"\n\n[profile.release.package.\"*\"]\nopt-level = 3\n\n[profile.release.build-override]\nrustflags = [\"-C\", \"target-feature=+crt-static\"]\n\n[workspace]\npanic = 1\n";
+    let containerfile = "# podman build --target hub\nRUN RUSTFLAGS='-C target-feature=+crt-static' cargo build --release\n";
+    assert_eq!(
+        release_link_differences(manifest, containerfile, &[".cargo/config.toml".to_string()]),
+        [
+            "Cargo.toml [profile.release] sets `panic`, which may change how the release binaries link",
+            "Cargo.toml [profile.release.build-override] sets `rustflags`, which may change how the release binaries link",
+            ".cargo/config.toml exists: a Cargo config can set rustflags, the linker or the target for the release build",
+            "Containerfile sets `RUSTFLAGS` for its build: RUN RUSTFLAGS='-C target-feature=+crt-static' cargo build --release",
+        ]
+    );
 }
 
 #[test]
