@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs a command with LIFEBOAT_TEST_DATABASE_URL pointing to a PostgreSQL database, e.g.
 #
-#   scripts/postgres.sh cargo test -p lifeboat-ledger --test ledger
+#   scripts/postgres.sh cargo test --workspace --test ledger
 #
 # - LIFEBOAT_TEST_DATABASE_URL already set: the command runs against that server (its role needs
 #   CREATEDB: each test creates and drops its own database).
