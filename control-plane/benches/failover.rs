@@ -584,10 +584,18 @@ async fn burst(
 async fn write_floor(hub: &kube::Client, n: usize) -> Result<(), BoxError> {
     const BINDER_WORKERS: usize = 32;
     let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), NAMESPACE);
-    let names: Vec<String> = bindings
-        .list(&Default::default())
-        .await?
-        .items
+    let listed = bindings.list(&Default::default()).await?.items;
+    // How big the written objects are (what the apiserver decodes, validates, converts for
+    // managed fields and stores on each write): the JSON of the first, with its managed fields.
+    if let Some(first) = listed.first() {
+        let bytes = serde_json::to_vec(first)?.len();
+        let managers = first.metadata.managed_fields.as_ref().map_or(0, Vec::len);
+        let status_bytes = serde_json::to_vec(&first.status)?.len();
+        println!(
+            "floor: a binding is {bytes} bytes of JSON ({status_bytes} of status, {managers} managed-field entries)"
+        );
+    }
+    let names: Vec<String> = listed
         .into_iter()
         .filter_map(|b| b.metadata.name)
         .take(n)
