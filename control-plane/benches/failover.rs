@@ -38,6 +38,10 @@
 //! After the bursts of `--burst`, one burst of `--big-burst` (1,000; 0 for none) reports at
 //! once; `--templates` is then 1,500 (1,000 with `--cluster-loss`).
 //!
+//! Before the failovers, the floor of a burst: `--burst` and then `--big-burst` bindings
+//! written at once (a merge patch of one annotation each, 32 in flight as the binder's
+//! workers), the least time the hub's kube-apiserver needs for that many binding writes.
+//!
 //!   cargo bench --profile dev -p lifeboat-hub --bench failover -- --decision
 //!   cargo bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss
 //!   cargo bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss --lease 3 --heartbeat 1 --toleration 0 --templates 100
@@ -573,6 +577,58 @@ async fn burst(
     Ok(done.into_iter().map(|p| (sent, p)).collect())
 }
 
+/// Writes `n` bindings at once, each the cheapest write there is (a JSON merge patch of one
+/// annotation, BINDER_WORKERS in flight as the binder has), and prints how long the hub's
+/// kube-apiserver took: the least a burst of `n` failovers can take here, since each persists
+/// its eviction in a binding write before anything is dispatched.
+async fn write_floor(hub: &kube::Client, n: usize) -> Result<(), BoxError> {
+    const BINDER_WORKERS: usize = 32;
+    let bindings: Api<ResourceBinding> = Api::namespaced(hub.clone(), NAMESPACE);
+    let listed = bindings.list(&Default::default()).await?.items;
+    // How big the written objects are (what the apiserver decodes, validates, converts for
+    // managed fields and stores on each write): the JSON of the first, with its managed fields.
+    if let Some(first) = listed.first() {
+        let bytes = serde_json::to_vec(first)?.len();
+        let managers = first.metadata.managed_fields.as_ref().map_or(0, Vec::len);
+        let status_bytes = serde_json::to_vec(&first.status)?.len();
+        println!(
+            "floor: a binding is {bytes} bytes of JSON ({status_bytes} of status, {managers} managed-field entries)"
+        );
+    }
+    let names: Vec<String> = listed
+        .into_iter()
+        .filter_map(|b| b.metadata.name)
+        .take(n)
+        .collect();
+    let load = load_average();
+    let started = Instant::now();
+    let mut ms: Vec<f64> = futures::stream::iter(names)
+        .map(|name| {
+            let api = bindings.clone();
+            async move {
+                let patch = json!({"metadata": {"annotations": {"bench.lifeboat.dev/floor": format!("{n}")}}});
+                let at = Instant::now();
+                api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map(|_| at.elapsed().as_secs_f64() * 1000.0)
+            }
+        })
+        .buffer_unordered(BINDER_WORKERS)
+        .try_collect()
+        .await?;
+    let all = started.elapsed();
+    ms.sort_by(|a, b| a.total_cmp(b));
+    println!(
+        "floor: {} binding writes at once ({BINDER_WORKERS} in flight, merge patch of one annotation): all written in {:.0} ms ({:.0} writes/s); per write p50 {:.1} ms, p99 {:.1} ms; load average (1 min) {load}",
+        ms.len(),
+        all.as_secs_f64() * 1000.0,
+        ms.len() as f64 / all.as_secs_f64(),
+        quantile(&ms, 0.5),
+        quantile(&ms, 0.99),
+    );
+    Ok(())
+}
+
 /// Each binder pass stage's (count, total seconds) so far
 /// (`lifeboat_hub_binder_stage_duration_seconds`).
 fn stages(registry: &prometheus::Registry) -> Vec<(String, u64, f64)> {
@@ -638,6 +694,15 @@ async fn decision(
     // Let the status writes, template statuses and ledger of the healthy round settle.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut victims = round_robin(agents).into_iter();
+
+    // The floor of a burst on this machine: the hub's kube-apiserver taking as many binding
+    // writes at once as the burst has failovers (each failover persists its eviction in one).
+    for n in [args.burst, args.big_burst] {
+        if n > 0 {
+            write_floor(hub, n.min(args.templates)).await?;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+    }
 
     println!(
         "load average (1 min) before the spaced case: {}",
