@@ -143,7 +143,8 @@ bench: k8s-bins
 # cluster, and end to end on the fleet with the real hub and agents.
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --decision
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss
-# Issue 20, the hub's share as recorded: decisions spaced, in bursts of 100 and one of 1,000;
+# Issue 20, the hub's share as recorded: first the floor of a burst (100, then 1,000 binding
+# writes at once), then decisions spaced, in bursts of 100 and one of 1,000;
 # a killed agent in the fast profile (lease 3 s, heartbeat 1 s, cluster toleration 0).
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --decision --templates 1300 --spaced 100 --bursts 2 --burst 100 --big-burst 1000
 	$(CARGO) bench --profile dev -p lifeboat-hub --bench failover -- --cluster-loss --lease 3 --heartbeat 1 --toleration 0 --templates 100
