@@ -97,9 +97,8 @@ ledger:
 # End-to-end tests: each test binary starts its own fleet of real control planes. The suites
 # that run Lifeboat as processes (e2e/tests/lifeboat.rs, fleet_cli.rs, charts.rs; reset.rs and
 # dead_agents.rs run lifeboatctl) start the binaries built here (cargo test builds only the test
-# binaries); e2e/tests/link_mode.rs checks
-# their link mode against the runtime image, and that the release profile links the same way
-# (see image-check). The ledger's suite runs in `make ledger`, where PostgreSQL is up.
+# binaries); e2e/tests/link_mode.rs checks their link mode against the runtime image, and that
+# the release profile links the same way (see image-check). The ledger's suite runs in `make ledger`, where PostgreSQL is up.
 .PHONY: e2e
 e2e: k8s-bins tools workspace-bins
 	$(CARGO) test --workspace --exclude lifeboat-ledger --test '*'

@@ -16,9 +16,9 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
-use lifeboat_api::cluster::{CLUSTER_NAME_LABEL, lease_name};
 use lifeboat_api::cluster::{
-    Cluster, ClusterSpec, NodeSummary, Quantity, ResourceSummary, TAINT_UNREACHABLE,
+    CLUSTER_NAME_LABEL, Cluster, ClusterSpec, NodeSummary, Quantity, ResourceSummary,
+    TAINT_UNREACHABLE, lease_name,
 };
 use lifeboat_api::credentials::{CLUSTER_CREDENTIAL_TYPE, CREDENTIAL_HASH_KEY};
 use lifeboat_api::protocol::{

@@ -20,8 +20,9 @@ use tracing::Instrument;
 
 use super::{ApiError, FIELD_MANAGER, Shared, json_body};
 use crate::clusters::removal::ANNOTATION_AGENT_STOPPED;
-use lifeboat_api::cluster::CLUSTER_NAME_LABEL;
-use lifeboat_api::cluster::{ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, lease_name};
+use lifeboat_api::cluster::{
+    ANNOTATION_MEMBER_API_UNREACHABLE_SINCE, CLUSTER_NAME_LABEL, lease_name,
+};
 
 /// The Cluster status fields the agent API owns.
 #[derive(Debug, Clone, Default, PartialEq)]
